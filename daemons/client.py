@@ -1,0 +1,470 @@
+"""The Trio client that owns one running daemon.
+
+``open_daemon`` spawns the native executable in its own process group, waits for
+its ready line, and yields a ``DaemonClient``. The client keeps exactly one
+command in flight (PROTOCOL.md §7), reads the stream fd exactly, maps ``err``
+replies to typed exceptions, and notices the daemon's death whenever it happens:
+``client.exited`` fires and every waiting or future command raises
+``DaemonDiedError`` instead of hanging.
+
+Shutdown follows trio's ``open_process`` shape: ask politely (``quit``), wait,
+then SIGTERM and SIGKILL the whole process group, inside a shielded cancel scope,
+always reaping the child.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from daemons.errors import DaemonDiedError, DaemonReplyError, DaemonStartError
+from daemons.roles import DaemonLaunch
+from protocol import (
+    Cancel,
+    Detokenize,
+    ErrReply,
+    Generate,
+    GenerateSummary,
+    InlineIds,
+    InlineText,
+    OkReply,
+    PieceTable,
+    Quit,
+    ReadyInfo,
+    SamplingParams,
+    Stats,
+    TextFile,
+    Tokenize,
+    TokenFile,
+    TokenStreamReader,
+    Vocab,
+    parse_reply_line,
+    parse_startup_line,
+    write_token_file,
+)
+
+__all__ = ["DaemonClient", "GenerationStream", "open_daemon"]
+
+log = logging.getLogger("lucerna.daemon")
+
+# Prompts longer than this go through a token file rather than inline ids, so a
+# 128K-token prompt never becomes a megabyte-long command line.
+_INLINE_IDS_MAX = 512
+_STDERR_TAIL_LINES = 40
+_QUIT_GRACE_S = 5.0
+_TERM_GRACE_S = 5.0
+_CANCEL_DRAIN_S = 30.0
+
+
+class _LineReader:
+    """Splits a byte stream into lines; returns None at EOF."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def readline(self) -> bytes | None:
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buffer[:newline])
+                del self._buffer[: newline + 1]
+                return line.rstrip(b"\r")
+            chunk = await self._stream.receive_some(65536)
+            if not chunk:
+                if self._buffer:
+                    line = bytes(self._buffer)
+                    self._buffer.clear()
+                    return line
+                return None
+            self._buffer += chunk
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with status {returncode}"
+
+
+class DaemonClient:
+    """A ready daemon. Use through ``open_daemon``; one command at a time."""
+
+    def __init__(
+        self,
+        launch: DaemonLaunch,
+        process: trio.Process,
+        argv: Sequence[str],
+        stream: trio.lowlevel.FdStream,
+        workdir: Path,
+    ) -> None:
+        self.launch = launch
+        self.process = process
+        self.argv = list(argv)
+        self.ready: ReadyInfo | None = None
+        self.exited = trio.Event()
+        self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self._stream = stream
+        self._tokens = TokenStreamReader()
+        self._workdir = workdir
+        self._files = 0
+        self._lock = trio.Lock()
+        self._reply_send, self._reply_recv = trio.open_memory_channel[bytes](16)
+        self._quitting = False
+
+    # --- identity -------------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return self.launch.role.name
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    @property
+    def intentional_exit(self) -> bool:
+        """True when the daemon exited because we asked it to (``quit`` or shutdown)."""
+        return self._quitting
+
+    def _died(self) -> DaemonDiedError:
+        tail = "; ".join(list(self.stderr_tail)[-3:])
+        return DaemonDiedError(
+            f"daemon {describe_exit(self.process.returncode)}"
+            + (f" (last stderr: {tail})" if tail else ""),
+            role=self.role,
+            pid=self.pid,
+            argv=self.argv,
+            returncode=self.process.returncode,
+        )
+
+    # --- background tasks -----------------------------------------------------------
+
+    async def _pump_stdout(self, reader: _LineReader) -> None:
+        async with self._reply_send:
+            while (line := await reader.readline()) is not None:
+                await self._reply_send.send(line)
+
+    async def _pump_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
+        reader = _LineReader(stderr)
+        logger = log.getChild(self.role)
+        while (raw := await reader.readline()) is not None:
+            line = raw.decode("utf-8", errors="replace")
+            self.stderr_tail.append(line)
+            logger.debug("[pid %d] %s", self.pid, line)
+
+    async def _watch_exit(self) -> None:
+        await self.process.wait()
+        if self._quitting:
+            log.info("%s daemon pid %d stopped (%s)", self.role, self.pid,
+                     describe_exit(self.process.returncode))
+        else:
+            log.error("%s daemon pid %d died: it %s", self.role, self.pid,
+                      describe_exit(self.process.returncode))
+        self.exited.set()
+
+    # --- wire helpers ---------------------------------------------------------------
+
+    async def _send(self, line: bytes) -> None:
+        if self.exited.is_set():
+            raise self._died()
+        assert self.process.stdin is not None
+        try:
+            await self.process.stdin.send_all(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._await_exit_briefly()
+            raise self._died() from None
+
+    async def _await_exit_briefly(self) -> None:
+        # The pipes break a moment before the kernel reports the exit status; wait a
+        # little so the error can say "killed by SIGKILL" rather than "still running".
+        with trio.move_on_after(2):
+            await self.exited.wait()
+
+    async def _read_reply(self) -> OkReply | ErrReply:
+        try:
+            line = await self._reply_recv.receive()
+        except trio.EndOfChannel:
+            await self._await_exit_briefly()
+            raise self._died() from None
+        return parse_reply_line(line.decode("utf-8", errors="replace"))
+
+    async def _read_stream_chunk(self) -> list[int]:
+        data = await self._stream.receive_some(65536)
+        if not data:
+            await self._await_exit_briefly()
+            raise self._died()
+        return self._tokens.feed(data)
+
+    def _reply_error(self, reply: ErrReply) -> DaemonReplyError:
+        return DaemonReplyError(reply.code, reply.detail, role=self.role, pid=self.pid,
+                                argv=self.argv)
+
+    def _scratch_path(self, suffix: str) -> Path:
+        self._files += 1
+        return self._workdir / f"{self._files:06d}{suffix}"
+
+    def _ids_ref(self, ids: Sequence[int]) -> InlineIds | TokenFile:
+        if len(ids) <= _INLINE_IDS_MAX:
+            return InlineIds(tuple(ids))
+        path = self._scratch_path(".ids")
+        write_token_file(path, ids)
+        return TokenFile(path)
+
+    async def _command(self, line: bytes, expect: str) -> OkReply:
+        async with self._lock:
+            await self._send(line)
+            reply = await self._read_reply()
+        if isinstance(reply, ErrReply):
+            raise self._reply_error(reply)
+        if reply.command != expect:
+            raise DaemonReplyError("protocol", f"expected a reply to {expect}, got {reply}",
+                                   role=self.role, pid=self.pid, argv=self.argv)
+        return reply
+
+    async def _stream_command(self, line: bytes, expect: str) -> tuple[list[int], OkReply]:
+        async with self._lock:
+            await self._send(line)
+            self._tokens.reset()
+            values: list[int] = []
+            while not self._tokens.finished:
+                values.extend(await self._read_stream_chunk())
+            reply = await self._read_reply()
+        if isinstance(reply, ErrReply):
+            raise self._reply_error(reply)
+        return values, reply
+
+    # --- commands -------------------------------------------------------------------
+
+    async def tokenize(self, text: str, *, special: bool = True,
+                       add_bos: bool | None = None) -> list[int]:
+        if len(text) > 4096:
+            path = self._scratch_path(".txt")
+            path.write_text(text, encoding="utf-8")
+            source: InlineText | TextFile = TextFile(path)
+        else:
+            source = InlineText(text)
+        ids, _ = await self._stream_command(
+            Tokenize(source, special=special, add_bos=add_bos).encode(), "tokenize")
+        return ids
+
+    async def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
+        reply = await self._command(Detokenize(self._ids_ref(ids), special=special).encode(),
+                                    "detokenize")
+        return reply.fields.get("text", "")
+
+    async def piece_table(self) -> PieceTable:
+        path = self._scratch_path(".msgpack")
+        await self._command(Vocab(path).encode(), "vocab")
+        table = PieceTable.from_file(path)
+        path.unlink(missing_ok=True)
+        return table
+
+    async def stats(self) -> dict[str, str]:
+        return (await self._command(Stats().encode(), "stats")).fields
+
+    @asynccontextmanager
+    async def generate(
+        self,
+        prompt: Sequence[int],
+        n_gen: int,
+        *,
+        sampling: SamplingParams | None = None,
+        stop: Sequence[int] = (),
+        ignore_eos: bool = False,
+    ) -> AsyncIterator[GenerationStream]:
+        """Run one generation; iterate the yielded stream for tokens as they land.
+
+        Leaving the block early (a stop string matched, the client went away, the
+        task was cancelled) sends ``cancel`` and drains the stream, so the daemon is
+        ready for the next command.
+        """
+        command = Generate(self._ids_ref(prompt), n_gen, sampling=sampling, stop=tuple(stop),
+                           ignore_eos=ignore_eos)
+        async with self._lock:
+            await self._send(command.encode())
+            self._tokens.reset()
+            stream = GenerationStream(self)
+            try:
+                yield stream
+            finally:
+                if not stream.done:
+                    await self._abandon(stream)
+
+    async def _abandon(self, stream: GenerationStream) -> None:
+        with trio.CancelScope(shield=True):
+            if self.exited.is_set():
+                return
+            try:
+                with trio.fail_after(_CANCEL_DRAIN_S):
+                    expected = {"generate"}
+                    if self.ready is not None and "cancel" in self.ready.capabilities:
+                        assert self.process.stdin is not None
+                        await self.process.stdin.send_all(Cancel().encode())
+                        expected.add("cancel")
+                    while not self._tokens.finished:
+                        await self._read_stream_chunk()
+                    # Replies come in command order; an error reply can only be the
+                    # generate's, since cancel always succeeds.
+                    for _ in range(len(expected)):
+                        await self._read_reply()
+                    stream.done = True
+            except (trio.TooSlowError, DaemonDiedError, trio.BrokenResourceError,
+                    trio.ClosedResourceError):
+                # A daemon that cannot be brought back to a clean command boundary is
+                # of no use to the next request: kill it and let the supervisor see it.
+                log.error("%s daemon pid %d did not stop its generation; killing it",
+                          self.role, self.pid)
+                self._kill_group(signal.SIGKILL)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def _kill_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def aclose(self) -> None:
+        """Quit, then escalate to SIGTERM and SIGKILL on the process group; always reap."""
+        with trio.CancelScope(shield=True):
+            self._quitting = True
+            if not self.exited.is_set():
+                with trio.move_on_after(_QUIT_GRACE_S):
+                    try:
+                        assert self.process.stdin is not None
+                        await self.process.stdin.send_all(Quit().encode())
+                        await self.process.stdin.aclose()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                    await self.exited.wait()
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if self.exited.is_set():
+                    break
+                self._kill_group(sig)
+                with trio.move_on_after(_TERM_GRACE_S):
+                    await self.exited.wait()
+            await self.process.wait()
+            # Members of the group that outlived the leader (none expected) go too.
+            self._kill_group(signal.SIGKILL)
+            await self._stream.aclose()
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+class GenerationStream:
+    """Tokens of one ``generate`` as they arrive; ``summary`` once it has finished."""
+
+    def __init__(self, client: DaemonClient) -> None:
+        self._client = client
+        self._pending: deque[int] = deque()
+        self.done = False
+        self.summary: GenerateSummary | None = None
+
+    def __aiter__(self) -> GenerationStream:
+        return self
+
+    async def __anext__(self) -> int:
+        client = self._client
+        while not self._pending:
+            if client._tokens.finished:
+                if not self.done:
+                    reply = await client._read_reply()
+                    self.done = True
+                    if isinstance(reply, ErrReply):
+                        raise client._reply_error(reply)
+                    self.summary = GenerateSummary.from_reply(reply)
+                raise StopAsyncIteration
+            self._pending.extend(await client._read_stream_chunk())
+        return self._pending.popleft()
+
+    async def collect(self) -> list[int]:
+        return [token async for token in self]
+
+
+@asynccontextmanager
+async def open_daemon(
+    launch: DaemonLaunch, *, ready_timeout: float = 600.0
+) -> AsyncIterator[DaemonClient]:
+    """Spawn a daemon, wait for its ready line, yield the client, always clean up."""
+    read_fd, write_fd = os.pipe()
+    argv = launch.argv(stream_fd=write_fd)
+    env = {**os.environ, **launch.env}
+    try:
+        process = await trio.lowlevel.open_process(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(write_fd,),
+            start_new_session=True,  # own process group: we signal the whole group
+            env=env,
+        )
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise DaemonStartError(f"could not execute {argv[0]}: {exc}", role=launch.role.name,
+                               pid=None, argv=argv) from exc
+    os.close(write_fd)  # the child holds the only write end, so its death is EOF here
+    workdir = Path(tempfile.mkdtemp(prefix=f"lucerna-{launch.role.name}-"))
+    client = DaemonClient(launch, process, argv, trio.lowlevel.FdStream(read_fd), workdir)
+    assert process.stdout is not None and process.stderr is not None
+    log.info("started %s daemon pid %d: %s", launch.role.name, process.pid, " ".join(argv))
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._pump_stdout, _LineReader(process.stdout))
+            nursery.start_soon(client._pump_stderr, process.stderr)
+            nursery.start_soon(client._watch_exit)
+            try:
+                client.ready = await _await_ready(client, ready_timeout)
+                log.info("%s daemon pid %d ready: arch=%s n_ctx=%d backend=%s", client.role,
+                         client.pid, client.ready.arch, client.ready.n_ctx, client.ready.backend)
+                yield client
+            finally:
+                await client.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:  # only when open_nursery itself failed
+            with trio.CancelScope(shield=True):
+                client._kill_group(signal.SIGKILL)
+                await process.wait()
+
+
+async def _await_ready(client: DaemonClient, timeout: float) -> ReadyInfo:
+    def failure(message: str) -> DaemonStartError:
+        tail = "\n".join(list(client.stderr_tail)[-8:])
+        return DaemonStartError(message + (f"\nlast stderr lines:\n{tail}" if tail else ""),
+                                role=client.role, pid=client.pid, argv=client.argv)
+
+    with trio.move_on_after(timeout) as scope:
+        try:
+            line = await client._reply_recv.receive()
+        except trio.EndOfChannel:
+            await client._await_exit_briefly()
+            raise failure(f"daemon {describe_exit(client.returncode)} before its ready line"
+                          ) from None
+    if scope.cancelled_caught:
+        raise failure(f"daemon did not print its ready line within {timeout:.0f} s")
+    first = parse_startup_line(line.decode("utf-8", errors="replace"))
+    if isinstance(first, ErrReply):
+        await client._await_exit_briefly()
+        raise failure(f"daemon refused to start: {first.code}: {first.detail}")
+    return first

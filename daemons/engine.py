@@ -1,0 +1,262 @@
+"""The pinned llama.cpp/ggml engine: fetch, verify, build once per backend, cache.
+
+The engine is never vendored into this repository. We take the copy of
+llama.cpp that ships inside one exact PyPI sdist (``llama-cpp-python``), check
+its sha256, unpack only ``vendor/llama.cpp`` and build it once per
+(version, backend) into the user's cache. Our own native code (``native/``)
+then builds against that tree in seconds.
+
+Cache layout (``lucerna_cache_dir()``)::
+
+    downloads/llama_cpp_python-0.3.36.tar.gz
+    engine/llama-cpp-python-0.3.36/src/            the unpacked llama.cpp tree
+    engine/llama-cpp-python-0.3.36/build-cpu/      one build tree per backend
+    engine/llama-cpp-python-0.3.36/build-cuda/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemons._locking import file_lock
+from daemons.errors import BuildError
+from daemons.paths import lucerna_cache_dir
+
+__all__ = [
+    "BACKENDS",
+    "ENGINE_PIN",
+    "EngineBuild",
+    "EnginePin",
+    "ensure_engine",
+    "ensure_engine_source",
+    "selected_backend",
+]
+
+BACKENDS = ("cpu", "cuda", "hip")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EnginePin:
+    package: str
+    version: str
+    sha256: str
+    ggml_version: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.package}-{self.version}"
+
+    @property
+    def sdist_filename(self) -> str:
+        return f"{self.package.replace('-', '_')}-{self.version}.tar.gz"
+
+
+ENGINE_PIN = EnginePin(
+    package="llama-cpp-python",
+    version="0.3.36",
+    sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+    ggml_version="0.25.3",
+)
+
+# Libraries our daemons link and the targets that produce them. The RPC
+# backend is always built: the ds4 expert shard serves a device through it.
+ENGINE_TARGETS = ("llama", "llama-common", "ggml-rpc")
+
+_COMMON_CMAKE_ARGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=ON",
+    "-DLLAMA_BUILD_COMMON=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_RPC=ON",
+)
+
+_BACKEND_CMAKE_ARGS: dict[str, tuple[str, ...]] = {
+    "cpu": (),
+    # sm_90 is the H200/H100; 80/86/89 cover the consumer cards people run at home.
+    "cuda": ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=80;86;89;90"),
+    # Wired but untested here: no AMD GPU is available to this project.
+    "hip": ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100;gfx1151;gfx1201"),
+}
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """A built engine: where its headers and shared libraries are."""
+
+    pin: EnginePin
+    backend: str
+    source_dir: Path
+    build_dir: Path
+
+    @property
+    def library_dir(self) -> Path:
+        return self.build_dir / "bin"
+
+
+def selected_backend() -> str:
+    backend = os.environ.get("LUCERNA_BACKEND", "cpu").strip().lower() or "cpu"
+    if backend not in BACKENDS:
+        raise BuildError(
+            f"LUCERNA_BACKEND={backend!r} is not a backend we build; "
+            f"choose one of {', '.join(BACKENDS)}"
+        )
+    return backend
+
+
+def _engine_root(pin: EnginePin) -> Path:
+    return lucerna_cache_dir() / "engine" / pin.name
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download_sdist(pin: EnginePin, progress: Progress) -> Path:
+    downloads = lucerna_cache_dir() / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    sdist = downloads / pin.sdist_filename
+    if sdist.exists() and _sha256(sdist) == pin.sha256:
+        return sdist
+    progress(f"downloading {pin.package}=={pin.version} sdist (the pinned llama.cpp, ~77 MB)")
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        "--dest", str(downloads), f"{pin.package}=={pin.version}",
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0 or not sdist.exists():
+        raise BuildError(
+            f"could not download {pin.package}=={pin.version}: "
+            f"{result.stderr.strip().splitlines()[-1:] or result.stdout[-400:]}"
+            " (check that PyPI is reachable, or place the sdist in "
+            f"{downloads})"
+        )
+    actual = _sha256(sdist)
+    if actual != pin.sha256:
+        sdist.unlink()
+        raise BuildError(
+            f"{pin.sdist_filename} has sha256 {actual}, expected {pin.sha256}; "
+            "refusing to build an engine that is not the pinned one"
+        )
+    return sdist
+
+
+def ensure_engine_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print) -> Path:
+    """Return the unpacked llama.cpp tree of the pinned sdist, fetching it if needed."""
+    root = _engine_root(pin)
+    source = root / "src"
+    stamp = root / "src.sha256"
+    if stamp.exists() and stamp.read_text().strip() == pin.sha256 and source.is_dir():
+        return source
+    with file_lock(root / ".lock"):
+        if stamp.exists() and stamp.read_text().strip() == pin.sha256 and source.is_dir():
+            return source
+        sdist = _download_sdist(pin, progress)
+        progress(f"unpacking llama.cpp from {sdist.name}")
+        prefix = f"{pin.sdist_filename.removesuffix('.tar.gz')}/vendor/llama.cpp/"
+        staging = root / "src.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        with tarfile.open(sdist) as tar:
+            members = []
+            for member in tar.getmembers():
+                if member.name.startswith(prefix):
+                    member.name = member.name[len(prefix):]
+                    members.append(member)
+            tar.extractall(staging, members=members, filter="data")
+        shutil.rmtree(source, ignore_errors=True)
+        staging.rename(source)
+        stamp.write_text(pin.sha256 + "\n")
+    return source
+
+
+def _cmake_args(backend: str) -> list[str]:
+    return [*_COMMON_CMAKE_ARGS, *_BACKEND_CMAKE_ARGS[backend]]
+
+
+def _run_streaming(cmd: Sequence[str], cwd: Path | None, progress: Progress, log: Path) -> None:
+    """Run a build step, keeping the full log on disk and showing progress lines."""
+    with log.open("a") as log_file:
+        log_file.write(f"$ {' '.join(cmd)}\n")
+        log_file.flush()
+        proc = subprocess.Popen(
+            list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert proc.stdout is not None
+        last_percent = ""
+        for line in proc.stdout:
+            log_file.write(line)
+            # cmake prints "[ 42%] Building ..." lines; show each new percentage once.
+            if line.startswith("[") and "%]" in line[:7]:
+                percent = line[1:5].strip()
+                if percent != last_percent:
+                    last_percent = percent
+                    progress(f"  engine build {percent}")
+        code = proc.wait()
+    if code != 0:
+        tail = log.read_text().splitlines()[-30:]
+        raise BuildError(
+            f"engine build step failed ({' '.join(cmd[:3])} ...), exit {code}; "
+            f"full log: {log}\n" + "\n".join(tail)
+        )
+
+
+def ensure_engine(
+    backend: str | None = None, pin: EnginePin = ENGINE_PIN, progress: Progress = print
+) -> EngineBuild:
+    """Build the pinned engine for ``backend`` unless the cache already holds it."""
+    backend = backend or selected_backend()
+    if backend not in BACKENDS:
+        raise BuildError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    source = ensure_engine_source(pin, progress)
+    build_dir = _engine_root(pin) / f"build-{backend}"
+    build = EngineBuild(pin=pin, backend=backend, source_dir=source, build_dir=build_dir)
+    wanted = {"args": _cmake_args(backend), "targets": list(ENGINE_TARGETS), "sha256": pin.sha256}
+    stamp = build_dir / "lucerna-engine.json"
+
+    def is_built() -> bool:
+        return stamp.exists() and json.loads(stamp.read_text()) == wanted
+
+    if is_built():
+        return build
+    with file_lock(_engine_root(pin) / f".lock-{backend}"):
+        if is_built():
+            return build
+        build_dir.mkdir(parents=True, exist_ok=True)
+        log = build_dir / "lucerna-build.log"
+        log.write_text("")
+        jobs = str(os.cpu_count() or 2)
+        progress(
+            f"building the pinned engine ({pin.name}, ggml {pin.ggml_version}, {backend}) "
+            f"with {jobs} jobs into {build_dir}; this happens once and takes minutes"
+        )
+        _run_streaming(
+            ["cmake", "-S", str(source), "-B", str(build_dir), *_cmake_args(backend)],
+            None, progress, log,
+        )
+        _run_streaming(
+            ["cmake", "--build", str(build_dir), "--parallel", jobs, "--target", *ENGINE_TARGETS],
+            None, progress, log,
+        )
+        stamp.write_text(json.dumps(wanted))
+        progress(f"engine ready: {build_dir}")
+    return build

@@ -1,0 +1,79 @@
+"""Constants of the wire format: version, stream terminator, error codes, finish reasons."""
+
+from __future__ import annotations
+
+import enum
+
+PROTOCOL_VERSION = 1
+"""The ``protocol=`` value of the ready line this package speaks."""
+
+STREAM_END = -1
+"""The int32 value that ends the output of every stream command on the stream fd."""
+
+
+class ErrorCode(enum.StrEnum):
+    """Every ``err <code>`` of PROTOCOL.md section 6.
+
+    Replies keep the code as a plain string (:attr:`protocol.ErrReply.code`) so that a
+    code added by a newer daemon survives; this enum is the closed set we know.
+    """
+
+    BAD_FLAG = "bad_flag"
+    MODEL_NOT_FOUND = "model_not_found"
+    WRONG_ARCH = "wrong_arch"
+    LOAD_FAILED = "load_failed"
+    CONTEXT_FAILED = "context_failed"
+    UNKNOWN_COMMAND = "unknown_command"
+    BAD_ARGS = "bad_args"
+    BAD_TOKEN_FILE = "bad_token_file"
+    BAD_TEXT_FILE = "bad_text_file"
+    EMPTY_PROMPT = "empty_prompt"
+    BAD_TOKEN = "bad_token"
+    CONTEXT_OVERFLOW = "context_overflow"
+    NO_STREAM_FD = "no_stream_fd"
+    DECODE_FAILED = "decode_failed"
+    IO_FAILED = "io_failed"
+
+    @property
+    def is_startup(self) -> bool:
+        """True for the codes a daemon prints instead of its ready line."""
+        return self in _EXIT_CODES
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process exit status that goes with a startup code (section 2), else None."""
+        return _EXIT_CODES.get(self)
+
+
+_EXIT_CODES: dict[ErrorCode, int] = {
+    ErrorCode.BAD_FLAG: 2,
+    ErrorCode.MODEL_NOT_FOUND: 3,
+    ErrorCode.WRONG_ARCH: 3,
+    ErrorCode.LOAD_FAILED: 3,
+    ErrorCode.CONTEXT_FAILED: 4,
+}
+
+
+class FinishReason(enum.StrEnum):
+    """Why a ``generate`` stopped: the ``finish=`` field of its reply (section 5.1)."""
+
+    EOG = "eog"
+    LENGTH = "length"
+    STOP = "stop"
+    CANCELLED = "cancelled"
+
+
+class TokenAttr(enum.IntFlag):
+    """The engine's ``llama_token_attr`` bits, as carried in a piece table's ``attrs``."""
+
+    UNDEFINED = 0
+    UNKNOWN = 1 << 0
+    UNUSED = 1 << 1
+    NORMAL = 1 << 2
+    CONTROL = 1 << 3
+    USER_DEFINED = 1 << 4
+    BYTE = 1 << 5
+    NORMALIZED = 1 << 6
+    LSTRIP = 1 << 7
+    RSTRIP = 1 << 8
+    SINGLE_WORD = 1 << 9
