@@ -14,6 +14,7 @@ always reaping the child.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -44,8 +45,8 @@ from protocol import (
     SamplingParams,
     Stats,
     TextFile,
-    Tokenize,
     TokenFile,
+    Tokenize,
     TokenStreamReader,
     Vocab,
     parse_reply_line,
@@ -339,10 +340,8 @@ class DaemonClient:
     # --- lifecycle ------------------------------------------------------------------
 
     def _kill_group(self, sig: signal.Signals) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     async def aclose(self) -> None:
         """Quit, then escalate to SIGTERM and SIGKILL on the process group; always reap."""
@@ -448,13 +447,13 @@ async def open_daemon(
                 await process.wait()
 
 
-async def _await_ready(client: DaemonClient, timeout: float) -> ReadyInfo:
+async def _await_ready(client: DaemonClient, limit_s: float) -> ReadyInfo:
     def failure(message: str) -> DaemonStartError:
         tail = "\n".join(list(client.stderr_tail)[-8:])
         return DaemonStartError(message + (f"\nlast stderr lines:\n{tail}" if tail else ""),
                                 role=client.role, pid=client.pid, argv=client.argv)
 
-    with trio.move_on_after(timeout) as scope:
+    with trio.move_on_after(limit_s) as scope:
         try:
             line = await client._reply_recv.receive()
         except trio.EndOfChannel:
@@ -462,7 +461,7 @@ async def _await_ready(client: DaemonClient, timeout: float) -> ReadyInfo:
             raise failure(f"daemon {describe_exit(client.returncode)} before its ready line"
                           ) from None
     if scope.cancelled_caught:
-        raise failure(f"daemon did not print its ready line within {timeout:.0f} s")
+        raise failure(f"daemon did not print its ready line within {limit_s:.0f} s")
     first = parse_startup_line(line.decode("utf-8", errors="replace"))
     if isinstance(first, ErrReply):
         await client._await_exit_briefly()

@@ -57,10 +57,14 @@ class _Cursor:
         return values
 
     def u32(self) -> int:
-        return int(self.unpack("<I")[0])  # type: ignore[call-overload]
+        (value,) = struct.unpack_from("<I", self.data, self.offset)
+        self.offset += 4
+        return int(value)
 
     def u64(self) -> int:
-        return int(self.unpack("<Q")[0])  # type: ignore[call-overload]
+        (value,) = struct.unpack_from("<Q", self.data, self.offset)
+        self.offset += 8
+        return int(value)
 
     def string(self) -> str:
         length = self.u64()

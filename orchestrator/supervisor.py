@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -42,7 +42,7 @@ class DaemonState(enum.Enum):
 
 class Supervisor:
     def __init__(self, name: str, launch: DaemonLaunch,
-                 on_ready: Callable[[DaemonClient], object] | None = None) -> None:
+                 on_ready: Callable[[DaemonClient], Awaitable[None]] | None = None) -> None:
         self.name = name
         self.launch = launch
         self.state = DaemonState.STARTING
@@ -68,9 +68,7 @@ class Supervisor:
                 self.pid = client.pid
                 self.started_at = time.time()
                 if self._on_ready is not None:
-                    result = self._on_ready(client)
-                    if hasattr(result, "__await__"):
-                        await result  # type: ignore[misc]
+                    await self._on_ready(client)
                 self._set(DaemonState.READY, f"pid {client.pid}")
                 await client.exited.wait()
                 # Reached only when the daemon exited without being asked to.
@@ -97,7 +95,7 @@ class Supervisor:
             raise ServiceUnavailableError(self.unavailable_message())
 
     def unavailable_message(self) -> str:
-        return f"model {self.name!r} is not available: its daemon is {self.state.value} ({self.detail})"
+        return f"model {self.name!r} is not available: daemon {self.state.value} ({self.detail})"
 
     def ready_client(self) -> DaemonClient:
         client = self.client

@@ -1,15 +1,15 @@
 """Percent-encoding of values (PROTOCOL.md section 3).
 
 A value on the wire is printable ASCII without space, ``%`` or ``=``; every other byte
-of its UTF-8 form is written ``%XX``. Decoding is deliberately forgiving so that a
-person can type values by hand: a value without ``%`` reads as itself, raw non-ASCII
-characters stand for their UTF-8 bytes, and a ``%`` that is not followed by two hex
-digits is kept literally (as WHATWG URL decoding does). The encoder never produces
-any of those forms, so encode then decode is exact.
+of its UTF-8 form is written ``%XX``. A value without ``%`` reads as itself, so a
+person can type plain values, and raw non-ASCII characters stand for their UTF-8
+bytes. A ``%`` not followed by two hex digits is an error, as in the C++ daemons: a
+hand-typed ``100%`` is refused rather than guessed at.
 """
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 __all__ = ["decode_value", "decode_value_bytes", "encode_value"]
@@ -17,6 +17,7 @@ __all__ = ["decode_value", "decode_value_bytes", "encode_value"]
 # Printable ASCII (0x21-0x7e) except "%" and "="; urllib.parse.quote always keeps
 # letters, digits and "_.-~" and escapes everything outside `safe`.
 _SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in "%=")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def encode_value(value: str | bytes) -> str:
@@ -34,7 +35,17 @@ def encode_value(value: str | bytes) -> str:
 
 
 def decode_value_bytes(value: str) -> bytes:
-    """The exact bytes a wire value stands for; never fails."""
+    """The exact bytes a wire value stands for.
+
+    Raises:
+        ValueError: a ``%`` that is not followed by two hex digits.
+    """
+    bad = _BAD_ESCAPE.search(value)
+    if bad is not None:
+        raise ValueError(
+            f"bad percent-escape {value[bad.start() : bad.start() + 3]!r} in {value!r}"
+            " (write % as %25)"
+        )
     return urllib.parse.unquote_to_bytes(value)
 
 
@@ -43,11 +54,12 @@ def decode_value(value: str, *, errors: str = "strict") -> str:
 
     Args:
         value: the value as it appears on the line.
-        errors: how to treat bytes that are not UTF-8, as for :meth:`bytes.decode`.
+        errors: how to treat decoded bytes that are not UTF-8, as for :meth:`bytes.decode`.
 
     Raises:
-        UnicodeDecodeError: (a :class:`ValueError`) with ``errors="strict"``, when the
-            escapes spell bytes that are not UTF-8.
+        ValueError: a bad escape (see :func:`decode_value_bytes`), or, with
+            ``errors="strict"``, escapes that spell bytes that are not UTF-8
+            (:class:`UnicodeDecodeError`).
     """
     if "%" not in value:
         return value

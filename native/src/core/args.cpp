@@ -1,0 +1,90 @@
+#include "core/args.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <thread>
+
+#include "core/errors.h"
+
+namespace lucerna {
+namespace {
+
+int64_t flag_int(const std::string & flag, const std::string & value, int64_t min, int64_t max) {
+    errno = 0;
+    char * end = nullptr;
+    const long long parsed = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) {
+        throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " is not an integer in [" + std::to_string(min) +
+                                                     ", " + std::to_string(max) + "]");
+    }
+    return parsed;
+}
+
+}  // namespace
+
+DaemonOptions parse_daemon_args(int argc, char ** argv) {
+    DaemonOptions opts;
+    bool have_model = false;
+    constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg.rfind("--", 0) != 0) {
+            if (have_model) {
+                throw ProtocolError(ErrorCode::kBadFlag, "unexpected argument '" + arg + "' (one model path only)");
+            }
+            opts.model_path = arg;
+            have_model = true;
+            continue;
+        }
+        std::string flag = arg;
+        std::string value;
+        const size_t eq = arg.find('=');
+        if (eq != std::string::npos) {
+            flag = arg.substr(0, eq);
+            value = arg.substr(eq + 1);
+        }
+        const bool known = flag == "--stream-fd" || flag == "--n-ctx" || flag == "--threads" ||
+                           flag == "--n-gpu-layers" || flag == "--seed";
+        if (!known) {
+            throw ProtocolError(ErrorCode::kBadFlag,
+                                "unknown flag " + flag +
+                                    "; flags are --stream-fd, --n-ctx, --threads, --n-gpu-layers, --seed");
+        }
+        if (eq == std::string::npos) {
+            if (i + 1 >= argc) {
+                throw ProtocolError(ErrorCode::kBadFlag, flag + " needs a value");
+            }
+            value = argv[++i];
+        }
+        if (flag == "--stream-fd") {
+            // 0, 1 and 2 are the command and protocol channels and the log.
+            opts.stream_fd = static_cast<int>(flag_int(flag, value, 3, kI32Max));
+            if (::fcntl(opts.stream_fd, F_GETFD) < 0) {
+                throw ProtocolError(ErrorCode::kBadFlag, "--stream-fd=" + value + " is not an open file descriptor");
+            }
+        } else if (flag == "--n-ctx") {
+            opts.n_ctx = static_cast<int32_t>(flag_int(flag, value, 1, kI32Max));
+        } else if (flag == "--threads") {
+            opts.n_threads = static_cast<int32_t>(flag_int(flag, value, 1, 1024));
+        } else if (flag == "--n-gpu-layers") {
+            opts.n_gpu_layers = static_cast<int32_t>(flag_int(flag, value, -1, kI32Max));
+        } else {
+            opts.seed = static_cast<uint32_t>(flag_int(flag, value, 0, std::numeric_limits<uint32_t>::max()));
+        }
+    }
+    if (!have_model) {
+        throw ProtocolError(ErrorCode::kBadFlag, "missing model path; usage: " + std::string(argv[0]) +
+                                                     " <model.gguf> [--stream-fd=N] [--n-ctx=N] [--threads=N] "
+                                                     "[--n-gpu-layers=N] [--seed=N]");
+    }
+    if (opts.n_threads == 0) {
+        opts.n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+    }
+    return opts;
+}
+
+}  // namespace lucerna

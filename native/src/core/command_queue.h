@@ -1,0 +1,50 @@
+// The stdin reader thread. It reads command lines into a queue the main thread pops
+// one at a time, so that a `cancel` can take effect while a generate is running on
+// the main thread (the reader acts on it the moment it arrives, see cancel.h).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/cancel.h"
+
+namespace lucerna {
+
+struct QueuedCommand {
+    std::string line;           // without the trailing "\n" / "\r\n"
+    bool eof = false;           // stdin closed (or failed): same as quit
+    uint64_t generate_seq = 0;  // for generate lines, see CancelState
+    bool cancel_running = false;  // for cancel lines: the running= of the reply
+};
+
+class CommandQueue {
+public:
+    CommandQueue(int input_fd, CancelState & cancel);
+    // Wakes the reader (a self-pipe, so it never blocks in read()) and joins it.
+    ~CommandQueue();
+    CommandQueue(const CommandQueue &) = delete;
+    CommandQueue & operator=(const CommandQueue &) = delete;
+
+    // Blocks until a command (or EOF) is available.
+    QueuedCommand pop();
+
+private:
+    void read_loop();
+    void push(QueuedCommand command);
+    void on_line(std::string line);
+
+    int input_fd_;
+    int wake_read_ = -1;
+    int wake_write_ = -1;
+    CancelState & cancel_;
+    std::mutex mutex_;
+    std::condition_variable ready_;
+    std::deque<QueuedCommand> queue_;
+    std::thread reader_;
+};
+
+}  // namespace lucerna

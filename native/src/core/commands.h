@@ -1,0 +1,20 @@
+// Command handlers (PROTOCOL.md section 5). Each returns its `ok ...` reply line or
+// throws ProtocolError; stream commands write their values to session.stream and the
+// dispatcher (daemon.cpp) writes the single -1 terminator after them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/session.h"
+#include "core/wire.h"
+
+namespace lucerna {
+
+std::string handle_generate(Session & session, const CommandLine & cmd, uint64_t generate_seq);  // generate.cpp
+std::string handle_tokenize(Session & session, const CommandLine & cmd);                         // tokenize.cpp
+std::string handle_detokenize(Session & session, const CommandLine & cmd);                       // detokenize.cpp
+std::string handle_vocab(Session & session, const CommandLine & cmd);                            // vocab_table.cpp
+std::string handle_stats(Session & session, const CommandLine & cmd);                            // process_stats.cpp
+
+}  // namespace lucerna

@@ -1,0 +1,30 @@
+// The few msgpack encodings the piece table needs (map, str, array, bin, int, bool),
+// written by hand so the daemons need no msgpack library. Multi-byte lengths and
+// integers are big-endian, as the msgpack spec requires.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace lucerna {
+
+class MsgpackWriter {
+public:
+    void map_header(uint32_t n_pairs);
+    void array_header(uint32_t n_items);
+    void str(std::string_view text);
+    void bin(std::string_view bytes);
+    void integer(int64_t value);
+    void boolean(bool value);
+
+    const std::string & bytes() const { return out_; }
+
+private:
+    void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+    void be(uint64_t v, int n_bytes);
+
+    std::string out_;
+};
+
+}  // namespace lucerna

@@ -1,0 +1,48 @@
+#include "core/stream.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace lucerna {
+
+bool TokenStream::write_bytes(const unsigned char * data, size_t size) {
+    size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::write(fd_, data + done, size - done);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return false;
+        }
+        done += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+bool TokenStream::write(const std::vector<int32_t> & values) {
+    if (fd_ < 0) {
+        return false;
+    }
+    std::vector<unsigned char> bytes;
+    bytes.reserve(values.size() * 4);
+    for (const int32_t value : values) {
+        const auto u = static_cast<uint32_t>(value);
+        bytes.push_back(static_cast<unsigned char>(u & 0xff));
+        bytes.push_back(static_cast<unsigned char>((u >> 8) & 0xff));
+        bytes.push_back(static_cast<unsigned char>((u >> 16) & 0xff));
+        bytes.push_back(static_cast<unsigned char>((u >> 24) & 0xff));
+    }
+    return write_bytes(bytes.data(), bytes.size());
+}
+
+bool TokenStream::terminate() {
+    if (terminated_ || fd_ < 0) {
+        return true;
+    }
+    terminated_ = true;
+    return write(-1);
+}
+
+}  // namespace lucerna

@@ -1,0 +1,218 @@
+#include "core/wire.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace lucerna {
+namespace {
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+bool is_option_key(std::string_view key) {
+    return !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    });
+}
+
+std::vector<std::string_view> split_words(std::string_view line) {
+    std::vector<std::string_view> words;
+    size_t i = 0;
+    while (i < line.size()) {
+        while (i < line.size() && line[i] == ' ') {
+            ++i;
+        }
+        const size_t start = i;
+        while (i < line.size() && line[i] != ' ') {
+            ++i;
+        }
+        if (i > start) {
+            words.push_back(line.substr(start, i - start));
+        }
+    }
+    return words;
+}
+
+std::string decode_or_throw(std::string_view word) {
+    auto decoded = percent_decode(word);
+    if (!decoded) {
+        throw ProtocolError(ErrorCode::kBadArgs, "bad percent-encoding in '" + std::string(word) + "'");
+    }
+    return *decoded;
+}
+
+}  // namespace
+
+std::optional<std::string> percent_decode(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '%') {
+            out.push_back(text[i]);
+            continue;
+        }
+        if (i + 2 >= text.size()) {  // needs two hex digits after '%'
+            return std::nullopt;
+        }
+        const int hi = hex_value(text[i + 1]);
+        const int lo = hex_value(text[i + 2]);
+        if (hi < 0 || lo < 0) {
+            return std::nullopt;
+        }
+        out.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+    }
+    return out;
+}
+
+std::string percent_encode(std::string_view bytes) {
+    static const char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(bytes.size());
+    for (const char ch : bytes) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c <= 0x20 || c >= 0x7f || c == '%' || c == '=') {
+            out.push_back('%');
+            out.push_back(kHex[c >> 4]);
+            out.push_back(kHex[c & 0xf]);
+        } else {
+            out.push_back(static_cast<char>(c));
+        }
+    }
+    return out;
+}
+
+void CommandLine::expect_positional(size_t n, const char * usage) const {
+    if (positional.size() != n) {
+        throw ProtocolError(ErrorCode::kBadArgs, std::string("usage: ") + usage);
+    }
+}
+
+void CommandLine::check_options(const std::vector<std::string_view> & known, const char * usage) const {
+    for (size_t i = 0; i < options.size(); ++i) {
+        const std::string & key = options[i].first;
+        if (std::find(known.begin(), known.end(), key) == known.end()) {
+            throw ProtocolError(ErrorCode::kBadArgs, "unknown option " + key + "; usage: " + usage);
+        }
+        for (size_t j = 0; j < i; ++j) {
+            if (options[j].first == key) {
+                throw ProtocolError(ErrorCode::kBadArgs, "option " + key + " given twice");
+            }
+        }
+    }
+}
+
+const std::string * CommandLine::option(std::string_view key) const {
+    for (const auto & [k, v] : options) {
+        if (k == key) {
+            return &v;
+        }
+    }
+    return nullptr;
+}
+
+CommandLine parse_command_line(std::string_view line) {
+    const auto words = split_words(line);
+    CommandLine cmd;
+    if (words.empty()) {
+        return cmd;
+    }
+    cmd.name = std::string(words[0]);
+    for (size_t i = 1; i < words.size(); ++i) {
+        const std::string_view word = words[i];
+        const size_t eq = word.find('=');
+        if (eq != std::string_view::npos && is_option_key(word.substr(0, eq))) {
+            cmd.options.emplace_back(std::string(word.substr(0, eq)), decode_or_throw(word.substr(eq + 1)));
+        } else if (!cmd.options.empty()) {
+            throw ProtocolError(ErrorCode::kBadArgs,
+                                "positional argument '" + std::string(word) + "' after key=value options");
+        } else {
+            cmd.positional.push_back(decode_or_throw(word));
+        }
+    }
+    return cmd;
+}
+
+int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max) {
+    errno = 0;
+    char * end = nullptr;
+    const long long parsed = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) {
+        throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " is not an integer in [" +
+                                                     std::to_string(min) + ", " + std::to_string(max) + "]");
+    }
+    return parsed;
+}
+
+double parse_float(std::string_view key, const std::string & value) {
+    errno = 0;
+    char * end = nullptr;
+    const double parsed = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(parsed)) {
+        throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " is not a finite number");
+    }
+    return parsed;
+}
+
+bool parse_bool01(std::string_view key, const std::string & value) {
+    if (value == "0" || value == "1") {
+        return value == "1";
+    }
+    throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " must be 0 or 1");
+}
+
+OkReply::OkReply(std::string_view command) : line_("ok ") { line_.append(command); }
+
+OkReply & OkReply::add(std::string_view key, std::string_view value) {
+    line_.push_back(' ');
+    line_.append(key);
+    line_.push_back('=');
+    line_.append(percent_encode(value));
+    return *this;
+}
+
+OkReply & OkReply::add(std::string_view key, int64_t value) { return add(key, std::to_string(value)); }
+
+OkReply & OkReply::add_ms(std::string_view key, double milliseconds) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.1f", milliseconds);
+    return add(key, std::string_view(buffer));
+}
+
+std::string err_line(ErrorCode code, std::string_view detail) {
+    std::string line = "err ";
+    line.append(error_code_name(code));
+    line.push_back(' ');
+    for (const char c : detail) {
+        line.push_back(c == '\n' || c == '\r' ? ' ' : c);
+    }
+    return line;
+}
+
+bool LineWriter::write_line(const std::string & line) {
+    std::string data = line;
+    data.push_back('\n');
+    size_t done = 0;
+    while (done < data.size()) {
+        const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return false;
+        }
+        done += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+}  // namespace lucerna

@@ -1,0 +1,205 @@
+// lucerna-mkmodels: writes the small random-weight test GGUFs the test suite runs on.
+//
+//   lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]
+//   lucerna-mkmodels --list | --version
+//
+// Progress and engine logs go to stderr. With --verify, each written file is loaded
+// back from disk and (for generating models) greedily decoded in a real llama_context;
+// one line per model goes to stdout:
+//   verify <name> arch=<arch> n_vocab=<n> loaded=1 generated=1 prompt=1,2 tokens=3,4,...
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "llama.h"
+#include "mkmodels/model_specs.h"
+#include "mkmodels/model_writer.h"
+
+#ifndef LUCERNA_ENGINE_SRC_DIR
+#define LUCERNA_ENGINE_SRC_DIR ""
+#endif
+
+namespace {
+
+using lucerna::mkmodels::ModelSpec;
+
+struct Options {
+    std::string out_dir;
+    std::string vocab_dir = std::string(LUCERNA_ENGINE_SRC_DIR) + "/models";
+    uint64_t seed = 42;
+    std::vector<std::string> only;
+    bool verify = false;
+    bool verbose = false;
+};
+
+void usage(FILE * to) {
+    std::fprintf(to,
+                 "usage: lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]\n"
+                 "                        [--vocab-dir DIR]\n"
+                 "       lucerna-mkmodels --list | --version\n");
+}
+
+std::vector<std::string> split_commas(const std::string & text) {
+    std::vector<std::string> out;
+    std::stringstream stream(text);
+    std::string item;
+    while (std::getline(stream, item, ',')) {
+        if (!item.empty()) {
+            out.push_back(item);
+        }
+    }
+    return out;
+}
+
+std::string join_ids(const std::vector<int32_t> & ids) {
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        out += (i ? "," : "") + std::to_string(ids[i]);
+    }
+    return out;
+}
+
+bool g_verbose = false;
+
+void log_to_stderr(ggml_log_level level, const char * text, void *) {
+    if (g_verbose || level >= GGML_LOG_LEVEL_WARN) {
+        std::fputs(text, stderr);
+    }
+}
+
+// Accepts --name=value and --name value.
+bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        std::string value;
+        bool has_value = false;
+        const size_t eq = arg.find('=');
+        if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+            value = arg.substr(eq + 1);
+            arg = arg.substr(0, eq);
+            has_value = true;
+        }
+        auto need_value = [&]() -> bool {
+            if (has_value) {
+                return true;
+            }
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "lucerna-mkmodels: %s needs a value\n", arg.c_str());
+                return false;
+            }
+            value = argv[++i];
+            return true;
+        };
+        if (arg == "--out") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.out_dir = value;
+        } else if (arg == "--vocab-dir") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.vocab_dir = value;
+        } else if (arg == "--seed") {
+            if (!need_value()) return exit_code = 2, false;
+            char * end = nullptr;
+            opts.seed = std::strtoull(value.c_str(), &end, 10);
+            if (value.empty() || *end != '\0') {
+                std::fprintf(stderr, "lucerna-mkmodels: --seed wants an unsigned integer, not '%s'\n", value.c_str());
+                return exit_code = 2, false;
+            }
+        } else if (arg == "--only") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.only = split_commas(value);
+        } else if (arg == "--verify") {
+            opts.verify = true;
+        } else if (arg == "--verbose") {
+            opts.verbose = true;
+        } else if (arg == "--list") {
+            for (const auto & spec : lucerna::mkmodels::model_specs()) {
+                std::printf("%s\t%s\n", spec.name.c_str(), spec.description.c_str());
+            }
+            return exit_code = 0, false;
+        } else if (arg == "--version") {
+            std::printf("lucerna-mkmodels generator=%d\n", lucerna::mkmodels::kGeneratorVersion);
+            return exit_code = 0, false;
+        } else if (arg == "--help" || arg == "-h") {
+            usage(stdout);
+            return exit_code = 0, false;
+        } else {
+            std::fprintf(stderr, "lucerna-mkmodels: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return exit_code = 2, false;
+        }
+    }
+    if (opts.out_dir.empty()) {
+        std::fprintf(stderr, "lucerna-mkmodels: --out DIR is required\n");
+        usage(stderr);
+        return exit_code = 2, false;
+    }
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    Options opts;
+    int exit_code = 0;
+    if (!parse_args(argc, argv, opts, exit_code)) {
+        return exit_code;
+    }
+    g_verbose = opts.verbose;
+    llama_log_set(log_to_stderr, nullptr);
+    llama_backend_init();
+
+    std::vector<ModelSpec> selected;
+    for (const auto & spec : lucerna::mkmodels::model_specs()) {
+        bool wanted = opts.only.empty();
+        for (const auto & name : opts.only) {
+            wanted = wanted || name == spec.name;
+        }
+        if (wanted) {
+            selected.push_back(spec);
+        }
+    }
+    for (const auto & name : opts.only) {
+        bool known = false;
+        for (const auto & spec : lucerna::mkmodels::model_specs()) {
+            known = known || spec.name == name;
+        }
+        if (!known) {
+            std::fprintf(stderr, "lucerna-mkmodels: unknown model '%s' (see --list)\n", name.c_str());
+            return 2;
+        }
+    }
+
+    int failures = 0;
+    for (const auto & spec : selected) {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            const auto written = lucerna::mkmodels::write_model(spec, opts.vocab_dir, opts.out_dir, opts.seed);
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            std::fprintf(stderr, "mkmodels: %-9s -> %s (%.1f MB, %zu tensors, %.1f s)\n", spec.name.c_str(),
+                         written.path.c_str(), static_cast<double>(written.bytes) / 1e6, written.n_tensors, secs);
+            if (opts.verify) {
+                const auto check = lucerna::mkmodels::verify_model(spec, written.path, 8);
+                std::printf("verify %s arch=%s n_vocab=%d loaded=%d generated=%d prompt=%s tokens=%s%s%s\n",
+                            spec.name.c_str(), check.arch.c_str(), check.n_vocab, check.loaded ? 1 : 0,
+                            check.generated ? 1 : 0, join_ids(check.prompt).c_str(), join_ids(check.tokens).c_str(),
+                            check.note.empty() ? "" : " note=", check.note.c_str());
+                std::fflush(stdout);
+                const bool ok = check.loaded && (check.generated || !spec.generates);
+                if (!ok) {
+                    std::fprintf(stderr, "mkmodels: %s failed verification: %s\n", spec.name.c_str(),
+                                 check.note.c_str());
+                    ++failures;
+                }
+            }
+        } catch (const std::exception & err) {
+            std::fprintf(stderr, "mkmodels: %s failed: %s\n", spec.name.c_str(), err.what());
+            ++failures;
+        }
+    }
+    llama_backend_free();
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,228 @@
+#include "mkmodels/model_specs.h"
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "gguf.h"
+#include "llama-arch.h"
+#include "llama-hparams.h"
+#include "llama-model-saver.h"
+#include "mkmodels/vocab_source.h"
+
+namespace lucerna::mkmodels {
+namespace {
+
+using u32 = uint32_t;
+
+// Hidden size shared by every test model: it keeps the 152k-row Qwen embedding table
+// at ~19 MB in F16, and the DFlash draft must match its target's hidden size anyway.
+constexpr u32 kEmbd = 64;
+
+void add_common(llama_model_saver & ms, llm_arch arch, const ModelSpec & spec, u32 n_ctx_train) {
+    ms.add_kv(LLM_KV_GENERAL_ARCHITECTURE, llm_arch_name(arch));
+    ms.add_kv(LLM_KV_GENERAL_NAME, ("lucerna-test-" + spec.name).c_str());
+    ms.add_kv(LLM_KV_CONTEXT_LENGTH, n_ctx_train);
+    ms.add_kv(LLM_KV_EMBEDDING_LENGTH, kEmbd);
+    ms.add_kv(LLM_KV_ATTENTION_LAYERNORM_RMS_EPS, 1e-6f);
+}
+
+// Qwen3.5: hybrid Gated DeltaNet (linear attention) + gated full attention every second
+// layer, M-RoPE sections, partial rotary. Shapes follow the real 0.8B..27B layouts
+// scaled down; the DeltaNet head size (32) is one the CUDA kernel instantiates.
+void qwen35_kvs(llama_model_saver & ms, const ModelSpec & spec) {
+    add_common(ms, LLM_ARCH_QWEN35, spec, 8192);
+    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(4));
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
+    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000000.0f);
+    ms.add_kv(LLM_KV_ROPE_DIMENSION_COUNT, u32(16));
+    ms.add_kv(LLM_KV_ROPE_DIMENSION_SECTIONS, std::vector<u32>{3, 3, 2, 0});
+    ms.add_kv(LLM_KV_FULL_ATTENTION_INTERVAL, u32(2));
+    ms.add_kv(LLM_KV_SSM_CONV_KERNEL, u32(4));
+    ms.add_kv(LLM_KV_SSM_STATE_SIZE, u32(32));
+    ms.add_kv(LLM_KV_SSM_TIME_STEP_RANK, u32(4));
+    ms.add_kv(LLM_KV_SSM_GROUP_COUNT, u32(2));
+    ms.add_kv(LLM_KV_SSM_INNER_SIZE, u32(32 * 4));
+}
+
+// Qwen3 dense: plain GQA attention with q/k norms, tied embeddings like the small
+// Qwen3 checkpoints.
+void qwen3_kvs(llama_model_saver & ms, const ModelSpec & spec) {
+    add_common(ms, LLM_ARCH_QWEN3, spec, 8192);
+    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(2));
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
+    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 1000000.0f);
+}
+
+// Laguna: one leading dense layer, then MoE layers (sigmoid routing with a bias, one
+// always-on shared expert), per-head attention output gate, full attention on layer 0
+// and sliding-window attention after it (the XS.2 pattern).
+void laguna_kvs(llama_model_saver & ms, const ModelSpec & spec) {
+    add_common(ms, LLM_ARCH_LAGUNA, spec, 4096);
+    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(3));
+    ms.add_kv(LLM_KV_LEADING_DENSE_BLOCK_COUNT, u32(1));
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
+    ms.add_kv(LLM_KV_EXPERT_FEED_FORWARD_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_EXPERT_SHARED_FEED_FORWARD_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_EXPERT_COUNT, u32(4));
+    ms.add_kv(LLM_KV_EXPERT_USED_COUNT, u32(2));
+    ms.add_kv(LLM_KV_EXPERT_SHARED_COUNT, u32(1));
+    ms.add_kv(LLM_KV_EXPERT_GATING_FUNC, u32(LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID));
+    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_NORM, true);
+    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_SCALE, 1.0f);
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
+    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_SLIDING_WINDOW, u32(64));
+    ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 500000.0f);
+    ms.add_kv(LLM_KV_ROPE_DIMENSION_COUNT, u32(32));
+    ms.add_kv(LLM_KV_ROPE_FREQ_BASE_SWA, 10000.0f);
+    ms.add_kv(LLM_KV_ROPE_DIMENSION_COUNT_SWA, u32(64));
+}
+
+// DeepSeek-V4: MQA with q LoRA, grouped low-rank output, hyper-connections, MoE with
+// sqrt-softplus scoring and a shared expert, compressed attention on later layers.
+void deepseek4_kvs(llama_model_saver & ms, const ModelSpec & spec) {
+    add_common(ms, LLM_ARCH_DEEPSEEK4, spec, 4096);
+    const u32 n_layer = 3;
+    ms.add_kv(LLM_KV_BLOCK_COUNT, n_layer);
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
+    ms.add_kv(LLM_KV_EXPERT_FEED_FORWARD_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_EXPERT_COUNT, u32(4));
+    ms.add_kv(LLM_KV_EXPERT_USED_COUNT, u32(2));
+    ms.add_kv(LLM_KV_EXPERT_SHARED_COUNT, u32(1));
+    ms.add_kv(LLM_KV_EXPERT_GATING_FUNC, u32(LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS));
+    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_NORM, true);
+    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_SCALE, 1.5f);
+    ms.add_kv(LLM_KV_SWIGLU_CLAMP_EXP, 10.0f);
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(1));
+    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_Q_LORA_RANK, u32(32));
+    ms.add_kv(LLM_KV_ATTENTION_SLIDING_WINDOW, u32(128));
+    ms.add_kv(LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT, u32(2));
+    ms.add_kv(LLM_KV_ATTENTION_OUTPUT_LORA_RANK, u32(16));
+    ms.add_kv(LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE, 160000.0f);
+    ms.add_kv(LLM_KV_ATTENTION_COMPRESS_RATIOS, std::vector<u32>{0, 4, 128});
+    ms.add_kv(LLM_KV_ATTENTION_INDEXER_HEAD_COUNT, u32(2));
+    ms.add_kv(LLM_KV_ATTENTION_INDEXER_KEY_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_INDEXER_TOP_K, u32(16));
+    ms.add_kv(LLM_KV_HYPER_CONNECTION_COUNT, u32(4));
+    ms.add_kv(LLM_KV_HYPER_CONNECTION_SINKHORN_ITERATIONS, u32(20));
+    ms.add_kv(LLM_KV_HYPER_CONNECTION_EPSILON, 1e-6f);
+    ms.add_kv(LLM_KV_HASH_LAYER_COUNT, u32(0));
+    ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000.0f);
+    ms.add_kv(LLM_KV_ROPE_DIMENSION_COUNT, u32(16));
+}
+
+// DFlash block-diffusion draft for the qwen35 test model: same hidden size and
+// vocabulary, reads the target's hidden states at three of its four layers, and
+// shares the target's token embeddings and LM head (they are not in the file).
+void dflash_kvs(llama_model_saver & ms, const ModelSpec & spec) {
+    add_common(ms, LLM_ARCH_DFLASH, spec, 8192);
+    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(1));
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
+    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000000.0f);
+    // Drafts for M-RoPE targets carry the degenerate sections [n_rot/2, 0, 0, 0].
+    ms.add_kv(LLM_KV_ROPE_DIMENSION_SECTIONS, std::vector<u32>{32, 0, 0, 0});
+    ms.add_kv(LLM_KV_TARGET_LAYERS, std::vector<u32>{0, 1, 3});
+    ms.add_kv(LLM_KV_DFLASH_BLOCK_SIZE, u32(16));
+    // The mask token the drafter fills a block with: an unused Qwen padding id.
+    ms.add_kv(LLM_KV_TOKENIZER_MASK_ID, u32(151669));
+}
+
+struct Recipe {
+    ModelSpec spec;
+    llm_arch arch;
+    void (*add_kvs)(llama_model_saver &, const ModelSpec &);
+    const char * tokenizer_pre = nullptr;  // override tokenizer.ggml.pre, or keep the file's
+};
+
+const std::vector<Recipe> & recipes() {
+    static const std::vector<Recipe> all = {
+        {{"qwen35", "Qwen3.5 hybrid DeltaNet/attention, real Qwen vocabulary", "ggml-vocab-qwen35.gguf", {}, true},
+         LLM_ARCH_QWEN35, qwen35_kvs},
+        {{"qwen3", "Qwen3 dense, real Qwen vocabulary, tied embeddings", "ggml-vocab-qwen35.gguf", {"output.weight"}, true},
+         LLM_ARCH_QWEN3, qwen3_kvs, "qwen2"},
+        {{"laguna", "Laguna MoE with SWA, GPT-2 vocabulary, tied embeddings", "ggml-vocab-gpt-2.gguf", {"output.weight"}, true},
+         LLM_ARCH_LAGUNA, laguna_kvs},
+        {{"deepseek4", "DeepSeek-V4 MoE with hyper-connections, DeepSeek-Coder vocabulary", "ggml-vocab-deepseek-coder.gguf", {}, true},
+         LLM_ARCH_DEEPSEEK4, deepseek4_kvs},
+        {{"dflash", "DFlash draft for the qwen35 test model (shares its embeddings and head)", "ggml-vocab-qwen35.gguf",
+          {"token_embd.weight", "output.weight"}, false},
+         LLM_ARCH_DFLASH, dflash_kvs},
+    };
+    return all;
+}
+
+const Recipe & recipe_for(const ModelSpec & spec) {
+    for (const auto & recipe : recipes()) {
+        if (recipe.spec.name == spec.name) {
+            return recipe;
+        }
+    }
+    throw std::runtime_error("no recipe for test model " + spec.name);
+}
+
+bool contains(const std::string & text, const char * needle) { return text.find(needle) != std::string::npos; }
+
+}  // namespace
+
+const std::vector<ModelSpec> & model_specs() {
+    static const std::vector<ModelSpec> specs = [] {
+        std::vector<ModelSpec> out;
+        for (const auto & recipe : recipes()) {
+            out.push_back(recipe.spec);
+        }
+        return out;
+    }();
+    return specs;
+}
+
+gguf_context_ptr build_metadata(const ModelSpec & spec, const std::string & vocab_dir) {
+    const Recipe & recipe = recipe_for(spec);
+    gguf_context_ptr meta(gguf_init_empty());
+    {
+        llama_model_saver ms(recipe.arch, meta.get());
+        recipe.add_kvs(ms, spec);
+    }
+    const gguf_context_ptr vocab = open_gguf_metadata(vocab_dir + "/" + spec.vocab_gguf);
+    copy_kvs_with_prefix(meta.get(), vocab.get(), "tokenizer.");
+    if (recipe.tokenizer_pre != nullptr) {
+        gguf_set_val_str(meta.get(), "tokenizer.ggml.pre", recipe.tokenizer_pre);
+    }
+    return meta;
+}
+
+bool store_as_f16(const std::string & name, int n_dims) {
+    if (n_dims < 2) {
+        return false;
+    }
+    const size_t dot = name.rfind('.');
+    if (dot == std::string::npos || name.compare(dot, std::string::npos, ".weight") != 0) {
+        return false;
+    }
+    // Routers, convolutions, hyper-connection mixers and lookup tables stay F32, as the
+    // engine's converters keep them.
+    for (const char * keep_f32 : {"conv", "hc_", "gate_inp", "tid2eid", "norm", "sinks"}) {
+        if (contains(name, keep_f32)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace lucerna::mkmodels

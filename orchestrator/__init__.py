@@ -1,0 +1,1 @@
+"""The Lucerna front end: supervision, scheduling and the HTTP API dialects."""

@@ -1,0 +1,1 @@
+"""HTTP dialects. Each maps its wire format onto ``orchestrator.generation`` and back."""

@@ -1,0 +1,86 @@
+"""What every dialect needs from HTTP: bounded JSON bodies, error responses, SSE."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.types import Send
+
+from orchestrator.errors import BadRequestError, RequestError
+
+__all__ = ["MAX_BODY_BYTES", "EventStreamResponse", "error_response", "read_json_body", "sse"]
+
+# Starlette's Request.json() reads bodies of any size; a 128K-token prompt is well
+# under 2 MB of JSON, so 32 MB leaves room for long conversations and still refuses abuse.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class PayloadTooLargeError(RequestError):
+    status = 413
+    error_type = "invalid_request_error"
+    code = "payload_too_large"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def read_json_body(request: Request) -> dict[str, Any]:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise PayloadTooLargeError(f"request body exceeds {MAX_BODY_BYTES} bytes")
+    try:
+        data = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequestError(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadRequestError("request body must be a JSON object")
+    return data
+
+
+def error_response(error: RequestError) -> JSONResponse:
+    headers = {"Retry-After": "1"} if error.status == 503 else None
+    return JSONResponse(error.openai_body(), status_code=error.status, headers=headers)
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False,
+                                                            allow_nan=False)
+    return f"data: {payload}\n\n".encode()
+
+
+def finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+class EventStreamResponse(StreamingResponse):
+    """A ``text/event-stream`` response that always closes its event generator.
+
+    Starlette cancels the body iterator when the client disconnects but never
+    closes it; our generators hold a daemon's generation open, so they must be
+    closed deterministically (which makes the daemon cancel at once), not whenever
+    the garbage collector gets to them.
+    """
+
+    def __init__(self, events: AsyncIterator[bytes]) -> None:
+        super().__init__(
+            events,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def stream_response(self, send: Send) -> None:
+        iterator = self.body_iterator
+        if hasattr(iterator, "aclose"):
+            async with aclosing(iterator):  # type: ignore[type-var]
+                await super().stream_response(send)
+        else:
+            await super().stream_response(send)

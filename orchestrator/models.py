@@ -1,0 +1,85 @@
+"""A model served by Lucerna: its daemon's supervisor plus what the front end derives from it.
+
+The piece table and the chat template's special tokens come from the daemon (the
+engine is the one source of truth for the vocabulary); the template text and the
+architecture come from the GGUF itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from daemons.client import DaemonClient
+from daemons.gguf_info import GGUFInfo
+from daemons.roles import DaemonLaunch
+from orchestrator.chat_template import ChatTemplate
+from orchestrator.errors import ModelNotFoundError, ServiceUnavailableError
+from orchestrator.supervisor import Supervisor
+from protocol import PieceTable
+
+__all__ = ["ModelRegistry", "ServedModel"]
+
+
+@dataclass
+class ServedModel:
+    name: str
+    info: GGUFInfo
+    launch: DaemonLaunch
+    created: int = field(default_factory=lambda: int(time.time()))
+    pieces: PieceTable | None = None
+    template: ChatTemplate | None = None
+    supervisor: Supervisor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.supervisor = Supervisor(self.name, self.launch, on_ready=self._on_ready)
+
+    async def _on_ready(self, client: DaemonClient) -> None:
+        pieces = await client.piece_table()
+        self.pieces = pieces
+        self.template = ChatTemplate.for_model(
+            self.info.chat_template,
+            bos_token=_piece_text(pieces, pieces.bos),
+            eos_token=_piece_text(pieces, pieces.eos),
+        )
+
+    @property
+    def n_ctx(self) -> int:
+        client = self.supervisor.client
+        if client is not None and client.ready is not None:
+            return client.ready.n_ctx
+        return self.launch.n_ctx or 0
+
+    def ready_parts(self) -> tuple[DaemonClient, PieceTable, ChatTemplate]:
+        client = self.supervisor.ready_client()
+        if self.pieces is None or self.template is None:
+            raise ServiceUnavailableError(f"model {self.name!r} is still loading")
+        return client, self.pieces, self.template
+
+
+def _piece_text(pieces: PieceTable, token: int) -> str:
+    if 0 <= token < pieces.n_vocab:
+        return pieces.pieces[token].decode("utf-8", errors="replace")
+    return ""
+
+
+class ModelRegistry:
+    def __init__(self, models: list[ServedModel]) -> None:
+        self._models = {m.name: m for m in models}
+
+    def __iter__(self) -> Iterator[ServedModel]:
+        return iter(self._models.values())
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def get(self, name: str | None) -> ServedModel:
+        if name is None and len(self._models) == 1:
+            return next(iter(self._models.values()))
+        if name is not None and name in self._models:
+            return self._models[name]
+        raise ModelNotFoundError(
+            f"The model {name!r} does not exist. Available: {', '.join(self._models)}",
+            param="model",
+        )

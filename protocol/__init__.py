@@ -1,0 +1,95 @@
+"""The Lucerna daemon protocol, sans I/O.
+
+Everything here works on ``str`` and ``bytes``: encoding commands, parsing the ready
+line and replies, framing the token stream, the token file and piece table formats.
+It never imports trio or subprocess; the only I/O is reading and writing a token file
+or piece table at a path you give. ``PROTOCOL.md`` next to this file is the contract.
+"""
+
+from __future__ import annotations
+
+from ._codes import PROTOCOL_VERSION, STREAM_END, ErrorCode, FinishReason, TokenAttr
+from ._commands import (
+    Cancel,
+    Command,
+    Detokenize,
+    Generate,
+    Quit,
+    Stats,
+    Tokenize,
+    Vocab,
+    parse_command,
+)
+from ._lines import CommandLine, encode_line, parse_command_line
+from ._percent import decode_value, decode_value_bytes, encode_value
+from ._pieces import PieceTable
+from ._refs import IdsRef, InlineIds, InlineText, TextFile, TextRef, TokenFile
+from ._replies import (
+    ErrReply,
+    GenerateSummary,
+    OkReply,
+    ReadyInfo,
+    parse_reply_line,
+    parse_startup_line,
+)
+from ._sampling import SamplingParams
+from ._stream import TokenStreamReader
+from ._tokens import decode_token_bytes, encode_token_bytes, read_token_file, write_token_file
+from .errors import (
+    CommandError,
+    MalformedLineError,
+    PieceTableError,
+    ProtocolError,
+    ProtocolVersionError,
+    StreamFramingError,
+    TokenFileError,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "STREAM_END",
+    "Cancel",
+    "Command",
+    "CommandError",
+    "CommandLine",
+    "Detokenize",
+    "ErrReply",
+    "ErrorCode",
+    "FinishReason",
+    "Generate",
+    "GenerateSummary",
+    "IdsRef",
+    "InlineIds",
+    "InlineText",
+    "MalformedLineError",
+    "OkReply",
+    "PieceTable",
+    "PieceTableError",
+    "ProtocolError",
+    "ProtocolVersionError",
+    "Quit",
+    "ReadyInfo",
+    "SamplingParams",
+    "Stats",
+    "StreamFramingError",
+    "TextFile",
+    "TextRef",
+    "TokenAttr",
+    "TokenFile",
+    "TokenFileError",
+    "TokenStreamReader",
+    "Tokenize",
+    "Vocab",
+    "decode_token_bytes",
+    "decode_value",
+    "decode_value_bytes",
+    "encode_line",
+    "encode_token_bytes",
+    "encode_value",
+    "parse_command",
+    "parse_command_line",
+    "parse_reply_line",
+    "parse_startup_line",
+    "read_token_file",
+    "write_token_file",
+]

@@ -1,0 +1,104 @@
+"""Shared fixtures: the real engine, daemons and models, built once per session.
+
+Nothing here is a fake: fixtures build the native daemons against the pinned
+engine, assemble the real default model, and start real servers as subprocesses,
+exactly as a user runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from daemons.default_model import ensure_default_model
+from daemons.paths import repo_root
+
+
+@pytest.fixture(scope="session")
+def native():  # type: ignore[no-untyped-def]
+    from daemons.native import ensure_native
+
+    return ensure_native(progress=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    return ensure_default_model(progress=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def test_models(native) -> dict[str, Path]:  # type: ignore[no-untyped-def]
+    from daemons.testmodels import ensure_test_models
+
+    return ensure_test_models(progress=lambda message: None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LucernaServer:
+    """``lucerna serve`` in a subprocess, its log captured to a file."""
+
+    def __init__(self, log_path: Path, *extra_args: str) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "serve", "--port", str(self.port),
+             *extra_args],
+            cwd=repo_root(), stdout=self._log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def wait_healthy(self, timeout: float = 180.0) -> dict:  # type: ignore[type-arg]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited {self.process.returncode}:\n{self.log()}")
+            try:
+                response = httpx.get(f"{self.base_url}/health", timeout=2)
+                if response.status_code == 200:
+                    return response.json()  # type: ignore[no-any-return]
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"server not healthy after {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+@pytest.fixture(scope="session")
+def server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+    """One shared server on the default model for tests that do not break it."""
+    srv = LucernaServer(tmp_path_factory.mktemp("server") / "serve.log", "--n-ctx", "2048")
+    try:
+        srv.wait_healthy()
+        yield srv
+    finally:
+        srv.stop()

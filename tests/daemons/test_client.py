@@ -1,0 +1,99 @@
+"""The Trio client against real daemons on the real default model."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from daemons.client import open_daemon
+from daemons.errors import DaemonDiedError, DaemonReplyError, DaemonStartError
+from daemons.roles import DaemonLaunch, role_named
+
+
+def launch(native, model: Path, role: str = "qwen35") -> DaemonLaunch:  # type: ignore[no-untyped-def]
+    return DaemonLaunch(role=role_named(role), executable=native.binary(role), model=model,
+                        n_ctx=1024)
+
+
+async def test_ready_line_describes_the_default_model(native, default_model) -> None:  # type: ignore[no-untyped-def]
+    async with open_daemon(launch(native, default_model)) as daemon:
+        ready = daemon.ready
+        assert ready is not None
+        assert (ready.protocol, ready.role, ready.arch) == (1, "qwen35", "gemma3")
+        assert ready.n_vocab == 262144
+        assert ready.n_ctx == 1024
+        assert {"generate", "tokenize", "detokenize", "vocab", "stats", "quit"} <= (
+            ready.capabilities)
+    assert daemon.returncode == 0
+    assert daemon.intentional_exit
+
+
+async def test_greedy_generation_is_real_and_deterministic(native, default_model) -> None:  # type: ignore[no-untyped-def]
+    async with open_daemon(launch(native, default_model)) as daemon:
+        prompt = await daemon.tokenize("The capital of France is")
+        runs = []
+        for _ in range(2):
+            async with daemon.generate(prompt, 8) as stream:
+                runs.append(await stream.collect())
+            assert stream.summary is not None
+            assert stream.summary.n_prompt == len(prompt)
+        assert runs[0] == runs[1]
+        assert len(runs[0]) == 8 or stream.summary.finish == "eog"
+        text = await daemon.detokenize(runs[0])
+        assert "Paris" in text  # a real model, not random tokens
+
+
+async def test_leaving_a_generation_early_leaves_the_daemon_usable(native, default_model) -> None:  # type: ignore[no-untyped-def]
+    async with open_daemon(launch(native, default_model)) as daemon:
+        prompt = await daemon.tokenize("Once upon a time")
+        async with daemon.generate(prompt, 200, ignore_eos=True) as stream:
+            first = []
+            async for token in stream:
+                first.append(token)
+                if len(first) == 3:
+                    break
+        async with daemon.generate(prompt, 3) as stream:
+            again = await stream.collect()
+        assert again == first
+
+
+async def test_reply_errors_are_typed(native, default_model) -> None:  # type: ignore[no-untyped-def]
+    async with open_daemon(launch(native, default_model)) as daemon:
+        with pytest.raises(DaemonReplyError) as bad_token:
+            async with daemon.generate([10**9], 4) as stream:
+                await stream.collect()
+        assert bad_token.value.code == "bad_token"
+        # The daemon is still in step with us afterwards.
+        assert await daemon.tokenize("ok")
+
+
+async def test_wrong_architecture_is_refused_at_start(native, test_models) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(DaemonStartError, match="wrong_arch"):
+        async with open_daemon(launch(native, test_models["laguna"], role="qwen35")):
+            pass
+
+
+async def test_missing_executable_is_a_start_error(default_model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = DaemonLaunch(role=role_named("qwen35"), executable=tmp_path / "nope",
+                        model=default_model)
+    with pytest.raises(DaemonStartError, match="could not execute"):
+        async with open_daemon(spec):
+            pass
+
+
+async def test_death_mid_generation_raises_instead_of_hanging(native, default_model) -> None:  # type: ignore[no-untyped-def]
+    async with open_daemon(launch(native, default_model)) as daemon:
+        prompt = await daemon.tokenize("Count to one thousand:")
+        with trio.fail_after(20), pytest.raises(DaemonDiedError, match="SIGKILL") as died:
+            async with daemon.generate(prompt, 900, ignore_eos=True) as stream:
+                async for _ in stream:
+                    os.kill(daemon.pid, signal.SIGKILL)
+        assert died.value.returncode == -signal.SIGKILL
+        assert daemon.exited.is_set()
+        assert not daemon.intentional_exit
+        with pytest.raises(DaemonDiedError):
+            await daemon.tokenize("anyone there?")

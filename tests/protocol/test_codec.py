@@ -1,0 +1,501 @@
+"""Values, lines and commands (PROTOCOL.md sections 3-5), as bytes."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol import (
+    Cancel,
+    Command,
+    CommandError,
+    CommandLine,
+    Detokenize,
+    ErrorCode,
+    Generate,
+    InlineIds,
+    InlineText,
+    MalformedLineError,
+    Quit,
+    SamplingParams,
+    Stats,
+    TextFile,
+    TokenFile,
+    Tokenize,
+    Vocab,
+    decode_value,
+    decode_value_bytes,
+    encode_line,
+    encode_value,
+    parse_command,
+    parse_command_line,
+)
+
+WIRE_SAFE = set(string.printable[:94]) - {"%", "="}  # printable ASCII 0x21-0x7e, less % =
+
+# --- percent-encoding -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "wire"),
+    [
+        ("Hello world", "Hello%20world"),
+        ("100%", "100%25"),
+        ("a=b", "a%3Db"),
+        ("é", "%C3%A9"),
+        ("€", "%E2%82%AC"),
+        ("line\nbreak\r", "line%0Abreak%0D"),
+        ("tab\there", "tab%09here"),
+        ("\x7f\x00", "%7F%00"),
+        ("/tmp/a,b:c~d", "/tmp/a,b:c~d"),
+        ("<start_of_turn>user", "<start_of_turn>user"),
+        ("", ""),
+    ],
+)
+def test_encode_value_examples(text: str, wire: str) -> None:
+    assert encode_value(text) == wire
+    assert decode_value(wire) == text
+
+
+def test_encode_value_takes_raw_bytes() -> None:
+    assert encode_value(b"\xe2\x82") == "%E2%82"
+    assert encode_value(b"ok") == "ok"
+
+
+def test_encode_value_refuses_text_without_utf8_form() -> None:
+    with pytest.raises(ValueError, match="UTF-8"):
+        encode_value("\ud800")
+
+
+@pytest.mark.parametrize(
+    ("wire", "text"),
+    [
+        ("plain", "plain"),
+        ("100%", "100%"),  # a lone % is kept, so people can type it
+        ("%zz%4", "%zz%4"),
+        ("%e2%82%ac", "€"),  # lowercase hex is fine
+        ("héllo%20wörld", "héllo wörld"),  # raw UTF-8 stands for itself
+    ],
+)
+def test_decode_value_is_lenient(wire: str, text: str) -> None:
+    assert decode_value(wire) == text
+
+
+def test_decode_value_of_partial_utf8() -> None:
+    with pytest.raises(UnicodeDecodeError):
+        decode_value("%E2%82")
+    assert decode_value("%E2%82", errors="replace") == "\ufffd"
+    assert decode_value_bytes("%E2%82") == b"\xe2\x82"
+
+
+@given(st.text())
+def test_percent_encoding_round_trips_text(text: str) -> None:
+    wire = encode_value(text)
+    assert set(wire) <= WIRE_SAFE | {"%"}
+    assert decode_value(wire) == text
+
+
+@given(st.binary())
+def test_percent_encoding_round_trips_bytes(data: bytes) -> None:
+    assert decode_value_bytes(encode_value(data)) == data
+
+
+# --- the generic line form -----------------------------------------------------------
+
+
+def test_encode_line() -> None:
+    assert encode_line(["stats"]) == b"stats\n"
+    assert encode_line(["vocab", "/tmp/my file"]) == b"vocab /tmp/my%20file\n"
+    assert encode_line(["ok", "detokenize"], {"text": "a=b c"}) == b"ok detokenize text=a%3Db%20c\n"
+    assert encode_line(["ok", "x"], {"empty": ""}) == b"ok x empty=\n"
+
+
+@pytest.mark.parametrize(
+    ("words", "options"),
+    [
+        ([], {}),
+        ([""], {}),
+        (["two words"], {}),
+        (["a=b"], {}),
+        (["cmd", ""], {}),
+        (["cmd"], {"": "x"}),
+        (["cmd"], {"bad key": "x"}),
+        (["cmd"], {"k=v": "x"}),
+    ],
+)
+def test_encode_line_refuses_what_cannot_be_read_back(
+    words: list[str], options: dict[str, str]
+) -> None:
+    with pytest.raises(ValueError):
+        encode_line(words, options)
+
+
+@pytest.mark.parametrize(
+    ("line", "parsed"),
+    [
+        ("stats", CommandLine("stats", (), {})),
+        ("stats\n", CommandLine("stats", (), {})),
+        ("stats\r\n", CommandLine("stats", (), {})),
+        (b"stats\r\n", CommandLine("stats", (), {})),
+        (
+            "  generate   ids:1,2   16  temp=0.8   seed=7 ",
+            CommandLine("generate", ("ids:1,2", "16"), {"temp": "0.8", "seed": "7"}),
+        ),
+        ("tokenize text:Hello%20world", CommandLine("tokenize", ("text:Hello world",), {})),
+        ("vocab /tmp/a%3Db", CommandLine("vocab", ("/tmp/a=b",), {})),
+        ("x k=", CommandLine("x", (), {"k": ""})),
+        ("x k=a=b", CommandLine("x", (), {"k": "a=b"})),  # the first = splits
+    ],
+)
+def test_parse_command_line(line: str | bytes, parsed: CommandLine) -> None:
+    assert parse_command_line(line) == parsed
+    command, args, options = parse_command_line(line)
+    assert (command, args, options) == tuple(parsed)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("", "empty line"),
+        ("   \r\n", "empty line"),
+        ("generate 16 temp=1 ids:1", "after options"),
+        ("generate ids:1 16 temp=1 temp=2", "given twice"),
+        ("x =1", "empty key"),
+        ("stats\nquit", "more than one line"),
+        (b"tokenize text:\xff", "not UTF-8"),
+        ("tokenize text:%FF", "not UTF-8"),
+    ],
+)
+def test_parse_command_line_refuses(line: str | bytes, reason: str) -> None:
+    with pytest.raises(MalformedLineError, match=reason) as info:
+        parse_command_line(line)
+    assert info.value.line == line
+
+
+_keys = st.from_regex(r"[A-Za-z0-9_.\-]{1,12}", fullmatch=True)
+
+
+@given(
+    head=st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+    args=st.lists(st.text(min_size=1), max_size=5),
+    options=st.dictionaries(_keys, st.text(), max_size=5),
+)
+def test_line_encode_then_parse_round_trips(
+    head: str, args: list[str], options: dict[str, str]
+) -> None:
+    line = encode_line([head, *args], options)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert line.isascii()
+    assert parse_command_line(line) == CommandLine(head, tuple(args), options)
+
+
+# --- commands --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "line"),
+    [
+        (
+            Generate(InlineIds((1, 2, 3)), 16, SamplingParams(temp=0.8, seed=7), stop=(106,)),
+            b"generate ids:1,2,3 16 temp=0.8 seed=7 stop=106\n",
+        ),
+        (Generate(TokenFile("/tmp/p.bin"), 16), b"generate /tmp/p.bin 16\n"),
+        (Generate(TokenFile(Path("/tmp/my p.bin")), 1), b"generate /tmp/my%20p.bin 1\n"),
+        (
+            Generate(InlineIds([5]), 2, stop=[1, 106], ignore_eos=True),  # type: ignore[arg-type]
+            b"generate ids:5 2 stop=1,106 ignore_eos=1\n",
+        ),
+        (
+            Generate(
+                InlineIds((1,)),
+                8,
+                SamplingParams(
+                    temp=0.7,
+                    top_k=40,
+                    top_p=0.95,
+                    min_p=0.05,
+                    rep_pen=1.1,
+                    freq_pen=0.5,
+                    pres_pen=-0.5,
+                    rep_window=128,
+                    seed=0,
+                ),
+            ),
+            b"generate ids:1 8 temp=0.7 top_k=40 top_p=0.95 min_p=0.05 rep_pen=1.1"
+            b" freq_pen=0.5 pres_pen=-0.5 rep_window=128 seed=0\n",
+        ),
+        (Tokenize(InlineText("Hello world")), b"tokenize text:Hello%20world\n"),
+        (Tokenize(InlineText("")), b"tokenize text:\n"),
+        (
+            Tokenize(TextFile("/tmp/t.txt"), special=False, add_bos=True),
+            b"tokenize /tmp/t.txt special=0 add_bos=1\n",
+        ),
+        (Tokenize(InlineText("a"), add_bos=False), b"tokenize text:a add_bos=0\n"),
+        (Detokenize(InlineIds((9259, 1902))), b"detokenize ids:9259,1902\n"),
+        (Detokenize(InlineIds(()), special=True), b"detokenize ids: special=1\n"),
+        (Detokenize(TokenFile("/tmp/x.ids")), b"detokenize /tmp/x.ids\n"),
+        (Vocab("/tmp/pieces.msgpack"), b"vocab /tmp/pieces.msgpack\n"),
+        (Vocab(Path("/tmp/p q.msgpack")), b"vocab /tmp/p%20q.msgpack\n"),
+        (Stats(), b"stats\n"),
+        (Quit(), b"quit\n"),
+        (Cancel(), b"cancel\n"),
+    ],
+)
+def test_command_encoding(command: Command, line: bytes) -> None:
+    assert command.encode() == line
+    assert parse_command(line) == command
+
+
+def test_command_names_and_stream_flags() -> None:
+    streams: dict[type, bool] = {Generate: True, Tokenize: True}
+    classes: list[tuple[Any, str]] = [
+        (Generate, "generate"),
+        (Tokenize, "tokenize"),
+        (Detokenize, "detokenize"),
+        (Vocab, "vocab"),
+        (Stats, "stats"),
+        (Quit, "quit"),
+        (Cancel, "cancel"),
+    ]
+    for cls, name in classes:
+        assert cls.name == name
+        assert cls.is_stream is streams.get(cls, False)
+    assert Generate(InlineIds((1,)), 1).is_stream
+    assert not Cancel().is_stream
+
+
+def test_generate_normalises_its_arguments() -> None:
+    command = Generate(InlineIds([1, 2]), 4, None, stop=[7])  # type: ignore[arg-type]
+    assert command.sampling == SamplingParams()
+    assert command == Generate(InlineIds((1, 2)), 4, SamplingParams(), stop=(7,))
+    assert command.stop == (7,)
+    assert TokenFile(Path("/a/b")) == TokenFile("/a/b")
+    assert TokenFile(Path("/a/b")).path == "/a/b"
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Generate(InlineIds(()), 4), "at least one prompt token"),
+        (lambda: Generate(InlineIds((1,)), 0), "n_gen"),
+        (lambda: Generate(InlineIds((1,)), -3), "n_gen"),
+        (lambda: Generate(InlineIds((1,)), 2**31), "n_gen"),
+        (lambda: Generate(InlineIds((1,)), 1.5), "n_gen"),  # type: ignore[arg-type]
+        (lambda: Generate(InlineIds((1,)), True), "n_gen"),
+        (lambda: Generate((1, 2), 4), "prompt"),  # type: ignore[arg-type]
+        (lambda: Generate(InlineIds((1,)), 4, stop=(-1,)), "stop token"),
+        (lambda: Generate(InlineIds((1,)), 4, ignore_eos=1), "ignore_eos"),  # type: ignore[arg-type]
+        (lambda: Generate(InlineIds((1,)), 4, sampling={"temp": 1}), "sampling"),  # type: ignore[arg-type]
+        (lambda: InlineIds((-1,)), "token id"),
+        (lambda: InlineIds((2**31,)), "token id"),
+        (lambda: InlineIds((True,)), "token id"),
+        (lambda: InlineIds(("1",)), "token id"),  # type: ignore[arg-type]
+        (lambda: TokenFile(""), "empty"),
+        (lambda: TokenFile("ids:1,2"), "./ids:1,2"),
+        (lambda: TokenFile("a\0b"), "NUL"),
+        (lambda: TextFile("text:hi"), "./text:hi"),
+        (lambda: InlineText("\udc80"), "UTF-8"),
+        (lambda: Tokenize("hello"), "text"),  # type: ignore[arg-type]
+        (lambda: Tokenize(InlineText("a"), special=None), "special"),  # type: ignore[arg-type]
+        (lambda: Detokenize(InlineText("a")), "ids"),  # type: ignore[arg-type]
+        (lambda: Vocab(""), "vocab path"),
+    ],
+)
+def test_constructors_validate(build: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+        build()  # type: ignore[operator]
+
+
+def test_a_path_may_mention_the_prefixes_elsewhere() -> None:
+    assert TokenFile("./ids:1").path == "./ids:1"
+    assert parse_command(b"generate ./ids:1 4\n") == Generate(TokenFile("./ids:1"), 4)
+    assert parse_command(b"tokenize text:ids:1\n") == Tokenize(InlineText("ids:1"))
+    assert parse_command(b"tokenize ids:1\n") == Tokenize(TextFile("ids:1"))
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        ("frobnicate", ErrorCode.UNKNOWN_COMMAND),
+        ("GENERATE ids:1 4", ErrorCode.UNKNOWN_COMMAND),
+        ("", ErrorCode.UNKNOWN_COMMAND),
+        ("generate ids: 4", ErrorCode.EMPTY_PROMPT),
+        ("generate ids:1", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 5", ErrorCode.BAD_ARGS),
+        ("generate ids:1 0", ErrorCode.BAD_ARGS),
+        ("generate ids:1 -4", ErrorCode.BAD_ARGS),
+        ("generate ids:1 four", ErrorCode.BAD_ARGS),
+        ("generate ids:1 99999999999", ErrorCode.BAD_ARGS),
+        ("generate ids:1,,2 4", ErrorCode.BAD_ARGS),
+        ("generate ids:1, 4", ErrorCode.BAD_ARGS),
+        ("generate ids:-1 4", ErrorCode.BAD_ARGS),
+        ("generate ids:1%2C%202 4", ErrorCode.BAD_ARGS),
+        ("generate ids:99999999999 4", ErrorCode.BAD_TOKEN),
+        ("generate ids:1 4 stop=99999999999", ErrorCode.BAD_TOKEN),
+        ("generate ids:1 4 stop=a", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 temp=hot", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 temp=-1", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 temp=inf", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 temp=nan", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 temp=1e999", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 top_k=1.5", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 top_p=1.5", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 seed=4294967296", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 ignore_eos=yes", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 temperature=1", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 temp=1 temp=1", ErrorCode.BAD_ARGS),
+        ("generate ids:1 temp=1 4", ErrorCode.BAD_ARGS),
+        ("tokenize", ErrorCode.BAD_ARGS),
+        ("tokenize text:a special=2", ErrorCode.BAD_ARGS),
+        ("tokenize text:%FF", ErrorCode.BAD_ARGS),
+        ("detokenize ids:1 add_bos=1", ErrorCode.BAD_ARGS),
+        ("vocab", ErrorCode.BAD_ARGS),
+        ("vocab /a /b", ErrorCode.BAD_ARGS),
+        ("stats now", ErrorCode.BAD_ARGS),
+        ("quit k=v", ErrorCode.BAD_ARGS),
+        ("cancel all", ErrorCode.BAD_ARGS),
+    ],
+)
+def test_parse_command_refuses_with_the_daemons_code(line: str, code: ErrorCode) -> None:
+    with pytest.raises(CommandError) as info:
+        parse_command(line)
+    assert info.value.code is code
+    assert info.value.line == line
+    assert str(info.value)
+
+
+def test_parse_command_reads_exit_as_quit() -> None:
+    assert parse_command("exit") == Quit()
+    assert parse_command("quit\r\n") == Quit()
+    assert Quit().encode() == b"quit\n"
+
+
+def test_parse_command_is_strict_about_n_gen_digits() -> None:
+    assert parse_command("generate ids:007 4 temp=1 stop=") == Generate(
+        InlineIds((7,)), 4, SamplingParams(temp=1.0)
+    )
+    with pytest.raises(CommandError):
+        parse_command("generate ids:1 +4")
+
+
+# --- sampling --------------------------------------------------------------------------
+
+
+def test_sampling_defaults_are_not_written() -> None:
+    assert SamplingParams().to_options() == {}
+    assert SamplingParams().is_greedy
+    assert not SamplingParams(temp=0.1).is_greedy
+    assert SamplingParams(temp=1, top_k=40).to_options() == {"temp": "1.0", "top_k": "40"}
+    assert SamplingParams(rep_pen=1.0, rep_window=64).to_options() == {}
+    assert SamplingParams(top_k=0).to_options() == {"top_k": "0"}  # explicit beats None
+
+
+def test_sampling_normalises_numbers() -> None:
+    params = SamplingParams(temp=1, top_p=1)
+    assert isinstance(params.temp, float) and isinstance(params.top_p, float)
+    assert params == SamplingParams(temp=1.0, top_p=1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"temp": -0.1},
+        {"temp": float("inf")},
+        {"temp": float("nan")},
+        {"temp": "0.8"},
+        {"temp": True},
+        {"top_k": -1},
+        {"top_k": 1.0},
+        {"top_p": 1.01},
+        {"top_p": -0.1},
+        {"min_p": 2.0},
+        {"rep_pen": 0.0},
+        {"rep_window": -1},
+        {"seed": -1},
+        {"seed": 2**32},
+        {"freq_pen": float("-inf")},
+    ],
+)
+def test_sampling_validates(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_sampling_from_options_ignores_other_keys() -> None:
+    assert SamplingParams.from_options({"temp": "0.5", "stop": "1"}) == SamplingParams(temp=0.5)
+    assert SamplingParams.from_options({"seed": "4294967295"}).seed == 2**32 - 1
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingParams.from_options({"top_k": "4.0"})
+
+
+_finite = st.floats(allow_nan=False, allow_infinity=False)
+_unit = st.floats(min_value=0.0, max_value=1.0)
+
+sampling_params = st.builds(
+    SamplingParams,
+    temp=st.floats(min_value=0.0, max_value=1e6),
+    top_k=st.none() | st.integers(0, 10**6),
+    top_p=st.none() | _unit,
+    min_p=st.none() | _unit,
+    rep_pen=st.floats(min_value=1e-6, max_value=1e6),
+    freq_pen=_finite,
+    pres_pen=_finite,
+    rep_window=st.integers(0, 10**6),
+    seed=st.none() | st.integers(0, 2**32 - 1),
+)
+_ids = st.integers(0, 2**31 - 1)
+_paths = st.text(min_size=1).filter(lambda p: "\0" not in p)
+
+commands: st.SearchStrategy[Command] = st.one_of(
+    st.builds(
+        Generate,
+        prompt=st.one_of(
+            st.builds(InlineIds, st.lists(_ids, min_size=1, max_size=20).map(tuple)),
+            st.builds(TokenFile, _paths.filter(lambda p: not p.startswith("ids:"))),
+        ),
+        n_gen=st.integers(1, 2**31 - 1),
+        sampling=st.none() | sampling_params,
+        stop=st.lists(_ids, max_size=4).map(tuple),
+        ignore_eos=st.booleans(),
+    ),
+    st.builds(
+        Tokenize,
+        text=st.one_of(
+            st.builds(InlineText, st.text()),
+            st.builds(TextFile, _paths.filter(lambda p: not p.startswith("text:"))),
+        ),
+        special=st.booleans(),
+        add_bos=st.none() | st.booleans(),
+    ),
+    st.builds(
+        Detokenize,
+        ids=st.one_of(
+            st.builds(InlineIds, st.lists(_ids, max_size=20).map(tuple)),
+            st.builds(TokenFile, _paths.filter(lambda p: not p.startswith("ids:"))),
+        ),
+        special=st.booleans(),
+    ),
+    st.builds(Vocab, _paths),
+    st.just(Stats()),
+    st.just(Quit()),
+    st.just(Cancel()),
+)
+
+
+@given(commands)
+def test_command_encode_then_parse_round_trips(command: Command) -> None:
+    line = command.encode()
+    assert line.isascii() and line.endswith(b"\n") and line.count(b"\n") == 1
+    assert line.split(b" ", 1)[0].rstrip(b"\n") == command.name.encode()
+    assert parse_command(line) == command
+    assert parse_command(line.decode()) == command
+
+
+@given(sampling_params)
+def test_sampling_options_round_trip(params: SamplingParams) -> None:
+    assert SamplingParams.from_options(params.to_options()) == params

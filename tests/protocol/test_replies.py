@@ -1,0 +1,294 @@
+"""The daemon's stdout: the ready line, ``ok`` and ``err`` replies (PROTOCOL.md 2, 3, 5, 6)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import protocol
+from protocol import (
+    ErrorCode,
+    ErrReply,
+    FinishReason,
+    GenerateSummary,
+    MalformedLineError,
+    OkReply,
+    ProtocolVersionError,
+    ReadyInfo,
+    parse_reply_line,
+    parse_startup_line,
+)
+
+DOC = (Path(protocol.__file__).parent / "PROTOCOL.md").read_text()
+
+READY = (
+    "ready protocol=1 role=qwen35 arch=gemma3 vocab=262144 n_ctx=4096 n_ctx_train=32768"
+    " bos=2 eos=1 add_bos=1 backend=cpu engine=llama-cpp-python-0.3.36 version=0.1.0"
+    " capabilities=generate,tokenize,detokenize,vocab,stats,quit"
+)
+WRONG_ARCH = (
+    "err wrong_arch lucerna-qwen35 serves qwen35,qwen35moe,qwen3,gemma3,llama;"
+    " /tmp/m.gguf is laguna"
+)
+
+
+def _section(number: str) -> str:
+    start = DOC.index(f"\n## {number}.")
+    end = DOC.find("\n## ", start + 1)
+    return DOC[start : end if end >= 0 else None]
+
+
+# --- error codes -------------------------------------------------------------------------
+
+
+def test_error_codes_are_exactly_the_table_of_section_6() -> None:
+    documented = re.findall(r"^\| `([a-z_]+)` \|", _section("6"), flags=re.MULTILINE)
+    assert documented == [code.value for code in ErrorCode]
+
+
+def test_startup_codes_carry_the_exit_codes_of_section_2() -> None:
+    table = _section("2")
+    for status, codes in re.findall(r"^\| (\d) \| .*?\(([^)]*)\) \|$", table, flags=re.MULTILINE):
+        for code in re.findall(r"`([a-z_]+)`", codes):
+            assert ErrorCode(code).exit_code == int(status)
+            assert ErrorCode(code).is_startup
+    assert ErrorCode.BAD_ARGS.exit_code is None
+    assert not ErrorCode.BAD_ARGS.is_startup
+
+
+# --- the ready line ----------------------------------------------------------------------
+
+
+def test_ready_line_of_section_2() -> None:
+    assert READY in DOC
+    info = parse_startup_line(READY + "\n")
+    assert info == ReadyInfo(
+        protocol=1,
+        role="qwen35",
+        arch="gemma3",
+        n_vocab=262144,
+        n_ctx=4096,
+        n_ctx_train=32768,
+        bos=2,
+        eos=1,
+        add_bos=True,
+        backend="cpu",
+        engine="llama-cpp-python-0.3.36",
+        version="0.1.0",
+        capabilities=frozenset({"generate", "tokenize", "detokenize", "vocab", "stats", "quit"}),
+        fields=dict(word.split("=", 1) for word in READY.split()[1:]),
+    )
+    assert info.encode() == (READY + "\n").encode()
+
+
+def test_ready_line_keeps_unknown_keys_in_any_order() -> None:
+    words = READY.split()
+    line = " ".join([words[0], "gpu=H200%20NVL", *reversed(words[1:]), "future=1"])
+    info = parse_startup_line(line.encode())
+    assert isinstance(info, ReadyInfo)
+    assert info.fields["gpu"] == "H200 NVL"
+    assert info.fields["future"] == "1"
+    assert info.n_vocab == 262144
+    again = parse_startup_line(info.encode())
+    assert again == info
+
+
+def test_ready_line_reads_n_vocab_too_and_bos_minus_one() -> None:
+    line = READY.replace("vocab=", "n_vocab=").replace("bos=2", "bos=-1")
+    info = parse_startup_line(line.replace("add_bos=1", "add_bos=0"))
+    assert isinstance(info, ReadyInfo)
+    assert (info.n_vocab, info.bos, info.add_bos) == (262144, -1, False)
+
+
+def test_ready_line_with_no_capabilities() -> None:
+    info = parse_startup_line(READY.replace("capabilities=generate", "capabilities=,generate"))
+    assert isinstance(info, ReadyInfo) and "generate" in info.capabilities
+    empty = parse_startup_line(re.sub(r"capabilities=\S*", "capabilities=", READY))
+    assert isinstance(empty, ReadyInfo) and empty.capabilities == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (READY.replace("ready", "READY"), "expected a 'ready' or 'err' line"),
+        ("", "expected a 'ready' or 'err' line"),
+        ("ok quit", "expected a 'ready' or 'err' line"),
+        (READY.replace(" n_ctx=4096", ""), "lacks n_ctx="),
+        (READY.replace(" vocab=262144", ""), "lacks vocab="),
+        (READY.replace(" capabilities=", " caps="), "lacks capabilities="),
+        (READY.replace("n_ctx=4096", "n_ctx=4k"), "not an integer"),
+        (READY.replace("add_bos=1", "add_bos=yes"), "add_bos"),
+        (READY + " protocol=1", "given twice"),
+        (READY + " stray", "expected key=value"),
+        (READY.replace(" ... ", " ") + " ...", "expected key=value"),
+    ],
+)
+def test_malformed_ready_lines(line: str, reason: str) -> None:
+    with pytest.raises(MalformedLineError, match=re.escape(reason)):
+        parse_startup_line(line)
+
+
+def test_other_protocol_versions_are_refused() -> None:
+    with pytest.raises(ProtocolVersionError) as info:
+        parse_startup_line("ready protocol=2 whatever=1")
+    assert (info.value.version, info.value.supported) == (2, 1)
+    assert isinstance(info.value, protocol.ProtocolError)
+
+
+def test_startup_error_line_of_section_2() -> None:
+    assert WRONG_ARCH in DOC
+    reply = parse_startup_line(WRONG_ARCH + "\n")
+    assert isinstance(reply, ErrReply)
+    assert reply.code == "wrong_arch"
+    assert reply.error_code is ErrorCode.WRONG_ARCH
+    assert reply.detail == WRONG_ARCH.split(" ", 2)[2]
+    assert reply.error_code.exit_code == 3
+    assert reply.encode() == (WRONG_ARCH + "\n").encode()
+
+
+# --- ok replies --------------------------------------------------------------------------
+
+
+def test_ok_reply_fields_are_decoded() -> None:
+    reply = parse_reply_line(b"ok detokenize text=Hello%20world\r\n")
+    assert reply == OkReply("detokenize", {"text": "Hello world"})
+    assert parse_reply_line("ok quit") == OkReply("quit", {})
+    assert parse_reply_line("ok  stats   n_ctx=4096  ") == OkReply("stats", {"n_ctx": "4096"})
+
+
+def test_ok_reply_with_partial_utf8_keeps_the_exact_bytes() -> None:
+    reply = parse_reply_line("ok detokenize text=a%E2%82")
+    assert isinstance(reply, OkReply)
+    assert reply.fields["text"] == "a\ufffd"
+    assert reply.field_bytes("text") == b"a\xe2\x82"
+    built = OkReply("detokenize", {"text": "é"})
+    assert built.field_bytes("text") == "é".encode()
+    with pytest.raises(KeyError):
+        built.field_bytes("missing")
+
+
+def test_ok_reply_line_that_is_not_utf8_is_read_with_replacement() -> None:
+    reply = parse_reply_line(b"ok vocab n=3 path=/tmp/\xff")
+    assert isinstance(reply, OkReply)
+    assert reply.fields["path"] == "/tmp/\ufffd"
+
+
+def test_ok_reply_typed_fields() -> None:
+    reply = parse_reply_line("ok stats n_ctx=4096 rss_kb=12 ms=1.5 bad=x")
+    assert isinstance(reply, OkReply)
+    assert reply.int_field("n_ctx") == 4096
+    assert reply.float_field("ms") == 1.5
+    assert reply.float_field("rss_kb") == 12.0
+    with pytest.raises(MalformedLineError, match="not an integer"):
+        reply.int_field("bad")
+    with pytest.raises(MalformedLineError, match="not a number"):
+        reply.float_field("bad")
+    with pytest.raises(MalformedLineError, match="lacks missing="):
+        reply.int_field("missing")
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["ok", "ok n=3", "ok stats extra", "ok stats a=1 a=2", "ok stats =1", "okay quit", "ready x=1"],
+)
+def test_malformed_replies(line: str) -> None:
+    with pytest.raises(MalformedLineError):
+        parse_reply_line(line)
+
+
+# --- err replies -------------------------------------------------------------------------
+
+
+def test_err_reply_keeps_unknown_codes_and_free_text() -> None:
+    reply = parse_reply_line("err   shiny_new_code   detail with  two spaces = % ok\n")
+    assert reply == ErrReply("shiny_new_code", "detail with  two spaces = % ok")
+    assert isinstance(reply, ErrReply)
+    assert reply.error_code is None
+    assert parse_reply_line("err bad_args") == ErrReply("bad_args", "")
+    assert ErrReply("bad_args").encode() == b"err bad_args\n"
+
+
+@pytest.mark.parametrize("line", ["err", "err   ", "err\r\n"])
+def test_err_without_code(line: str) -> None:
+    with pytest.raises(MalformedLineError, match="without a code"):
+        parse_reply_line(line)
+
+
+@pytest.mark.parametrize(
+    "reply", [ErrReply("", "x"), ErrReply("two words", "x"), ErrReply("code", "a\nb")]
+)
+def test_err_encode_refuses_unreadable_lines(reply: ErrReply) -> None:
+    with pytest.raises(ValueError):
+        reply.encode()
+
+
+_keys = st.from_regex(r"[A-Za-z0-9_.\-]{1,12}", fullmatch=True)
+_words = st.from_regex(r"[a-z_]{1,12}", fullmatch=True)
+
+
+@given(_words, st.dictionaries(_keys, st.text(), max_size=6))
+def test_ok_reply_round_trips(command: str, fields: dict[str, str]) -> None:
+    reply = OkReply(command, fields)
+    assert parse_reply_line(reply.encode()) == reply
+
+
+@given(
+    _words,
+    st.text(st.characters(blacklist_characters="\n\r")).map(lambda d: d.lstrip(" ")),
+)
+def test_err_reply_round_trips(code: str, detail: str) -> None:
+    reply = ErrReply(code, detail)
+    assert parse_reply_line(reply.encode()) == reply
+
+
+# --- generate summary --------------------------------------------------------------------
+
+
+def test_generate_summary() -> None:
+    reply = parse_reply_line(
+        "ok generate n_prompt=3 n_gen=4 finish=length prefill_ms=9.1 decode_ms=66.0"
+    )
+    assert isinstance(reply, OkReply)
+    summary = GenerateSummary.from_reply(reply)
+    assert summary == GenerateSummary(3, 4, FinishReason.LENGTH, 9.1, 66.0)
+    assert summary.finish == "length"
+    assert GenerateSummary.from_reply(summary.to_reply()) == summary
+    assert parse_reply_line(summary.to_reply().encode()) == summary.to_reply()
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("ok tokenize n=3", "expected an 'ok generate' reply"),
+        ("ok generate n_prompt=3 n_gen=4 prefill_ms=1 decode_ms=1", "lacks finish="),
+        ("ok generate n_prompt=3 n_gen=4 finish=done prefill_ms=1 decode_ms=1", "finish="),
+        ("ok generate n_prompt=3 finish=eog prefill_ms=1 decode_ms=1", "lacks n_gen="),
+        ("ok generate n_prompt=3 n_gen=x finish=eog prefill_ms=1 decode_ms=1", "not an integer"),
+        ("ok generate n_prompt=3 n_gen=1 finish=eog prefill_ms=fast decode_ms=1", "not a number"),
+    ],
+)
+def test_generate_summary_refuses(line: str, reason: str) -> None:
+    reply = parse_reply_line(line)
+    assert isinstance(reply, OkReply)
+    with pytest.raises(MalformedLineError, match=re.escape(reason)):
+        GenerateSummary.from_reply(reply)
+
+
+@given(
+    st.integers(0, 2**31),
+    st.integers(0, 2**31),
+    st.sampled_from(FinishReason),
+    st.floats(0, 1e9),
+    st.floats(0, 1e9),
+)
+def test_generate_summary_round_trips(
+    n_prompt: int, n_gen: int, finish: FinishReason, prefill: float, decode: float
+) -> None:
+    summary = GenerateSummary(n_prompt, n_gen, finish, prefill, decode)
+    reply = parse_reply_line(summary.to_reply().encode())
+    assert isinstance(reply, OkReply)
+    assert GenerateSummary.from_reply(reply) == summary
