@@ -427,6 +427,10 @@ async def open_daemon(
     client = DaemonClient(launch, process, argv, trio.lowlevel.FdStream(read_fd), workdir)
     assert process.stdout is not None and process.stderr is not None
     log.info("started %s daemon pid %d: %s", launch.role.name, process.pid, " ".join(argv))
+    # Errors from the caller's block (and from startup) are caught inside the nursery
+    # and re-raised after it, so callers see DaemonDiedError itself, not an
+    # ExceptionGroup wrapping it.
+    failure: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(client._pump_stdout, _LineReader(process.stdout))
@@ -437,9 +441,13 @@ async def open_daemon(
                 log.info("%s daemon pid %d ready: arch=%s n_ctx=%d backend=%s", client.role,
                          client.pid, client.ready.arch, client.ready.n_ctx, client.ready.backend)
                 yield client
+            except BaseException as exc:
+                failure = exc
             finally:
                 await client.aclose()
                 nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
     finally:
         if process.returncode is None:  # only when open_nursery itself failed
             with trio.CancelScope(shield=True):

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 __all__ = [
+    "IdOutOfRangeError",
     "IdsRef",
     "InlineIds",
     "InlineText",
     "TextFile",
     "TextRef",
     "TokenFile",
-    "IdOutOfRangeError",
     "check_token_ids",
     "ids_ref_from_word",
     "parse_id_list",

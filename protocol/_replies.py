@@ -110,14 +110,18 @@ class ErrReply:
         """The reply line, ``\\n`` included (for test doubles of a daemon).
 
         Raises:
-            ValueError: a code that is not one bare word, or a detail with a line break.
+            ValueError: a code that is not one bare word, or a detail with a line break
+                or without a UTF-8 form.
         """
         if not self.code or encode_value(self.code) != self.code:
             raise ValueError(f"err code must be one printable word: {self.code!r}")
         if "\n" in self.detail or "\r" in self.detail:
             raise ValueError(f"err detail must be one line: {self.detail!r}")
         line = f"err {self.code} {self.detail}" if self.detail else f"err {self.code}"
-        return (line + "\n").encode("utf-8")
+        try:
+            return (line + "\n").encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"err detail has no UTF-8 form: {self.detail!r}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +149,13 @@ class ReadyInfo:
     fields: dict[str, str] = field(default_factory=dict, hash=False)
 
     def encode(self) -> bytes:
-        """The ready line, ``\\n`` included; ``fields`` adds the keys not modelled here."""
+        """The ready line, ``\\n`` included (for test doubles of a daemon).
+
+        ``fields`` contributes the keys not modelled as attributes.
+
+        Raises:
+            ValueError: a key in ``fields`` that is not ``[a-z0-9_]+``.
+        """
         caps = sorted(
             self.capabilities,
             key=lambda c: (_COMMAND_ORDER.index(c) if c in _COMMAND_ORDER else 99, c),

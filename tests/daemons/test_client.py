@@ -34,7 +34,7 @@ async def test_ready_line_describes_the_default_model(native, default_model) -> 
 
 async def test_greedy_generation_is_real_and_deterministic(native, default_model) -> None:  # type: ignore[no-untyped-def]
     async with open_daemon(launch(native, default_model)) as daemon:
-        prompt = await daemon.tokenize("The capital of France is")
+        prompt = await daemon.tokenize("The capital of France is the city of")
         runs = []
         for _ in range(2):
             async with daemon.generate(prompt, 8) as stream:

@@ -80,12 +80,17 @@ def test_stream_parses_with_the_openai_client_and_matches_non_stream(server) -> 
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
         plain.choices[0].message.content)
 
-    # The stream helper accumulates deltas exactly as SDK users see them.
+    # The stream helper accumulates deltas exactly as SDK users see them. (Its
+    # get_final_completion() refuses finish_reason "length" by design, so read the
+    # accumulated snapshot and the content.done event instead.)
     with client.chat.completions.stream(
         model="gemma3-270m", messages=MESSAGES, max_tokens=N_TOKENS, temperature=0,
     ) as stream:
-        final = stream.get_final_completion()
-    assert final.choices[0].message.content == plain.choices[0].message.content
+        done = [event.content for event in stream if event.type == "content.done"]
+        snapshot = stream.current_completion_snapshot
+    assert done == [plain.choices[0].message.content]
+    assert snapshot.choices[0].message.content == plain.choices[0].message.content
+    assert snapshot.choices[0].finish_reason == plain.choices[0].finish_reason
 
 
 @pytest.mark.slow
