@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import trio
-from daemons.native import NativeBuild, ensure_native
 
 from daemons.default_model import DEFAULT_MODEL_NAME, ensure_default_model
 from daemons.errors import DaemonsError
 from daemons.gguf_info import read_gguf_info
+from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
 from daemons.roles import ROLES, DaemonLaunch, role_named, target_role_for
 from orchestrator.errors import OrchestratorError
@@ -86,7 +86,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     steps: list[tuple[str, list[str]]] = [
         ("ruff", [python, "-m", "ruff", "check", "."]),
         ("mypy", [python, "-m", "mypy"]),
-        ("pytest", [python, "-m", "pytest", *args.pytest_args]),
+        ("pytest", [python, "-m", "pytest", *args.extra]),
     ]
     for name, command in steps:
         progress(f"running {name}: {' '.join(command[2:])}")
@@ -102,7 +102,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     native = _native()
     role = role_named(args.role)
     binary = native.binary(role.name)
-    argv = [str(binary), args.model, *args.daemon_args]
+    argv = [str(binary), args.model, *args.extra]
     os.execv(binary, argv)
     return 127  # not reached
 
@@ -127,9 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     test = sub.add_parser("test", help="set up, then run ruff, mypy and pytest")
-    test.add_argument("pytest_args", nargs=argparse.REMAINDER,
-                      help="extra arguments passed to pytest")
-    test.set_defaults(func=cmd_test)
+    test.set_defaults(func=cmd_test, passthrough="pytest")
 
     setup = sub.add_parser("setup", help="build the engine and daemons, fetch the default model")
     setup.set_defaults(func=cmd_setup)
@@ -140,14 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     daemon = sub.add_parser("daemon", help="run one daemon in the foreground")
     daemon.add_argument("role", choices=sorted(ROLES))
     daemon.add_argument("model", help="GGUF file")
-    daemon.add_argument("daemon_args", nargs=argparse.REMAINDER,
-                        help="daemon flags, e.g. --stream-fd=3 --n-ctx=2048")
-    daemon.set_defaults(func=cmd_daemon)
+    daemon.set_defaults(func=cmd_daemon, passthrough="daemon")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # `test` hands unknown arguments to pytest and `daemon` to the daemon, so that
+    # `lucerna test -k chat -x` and `lucerna daemon qwen35 m.gguf --n-ctx=2048` work.
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "passthrough", None) is None:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

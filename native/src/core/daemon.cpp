@@ -102,24 +102,38 @@ public:
 
     // Returns the reply line ("" for a blank line, which gets none); sets `quit`.
     std::string run(const QueuedCommand & queued, bool & quit) {
+        std::string reply = dispatch(queued, quit);
+        // After the command's -1: a cancel read from now on finds nothing to stop.
+        session_.cancel.finished(queued.generate_seq);
+        return reply;
+    }
+
+private:
+    std::string dispatch(const QueuedCommand & queued, bool & quit) {
         const std::string name = first_word(queued.line);
         if (name.empty()) {
             return {};
         }
-        const bool known = std::find(caps_.begin(), caps_.end(), name) != caps_.end() ||
-                           name == "exit";
+        const bool known = std::find(caps_.begin(), caps_.end(), name) != caps_.end() || name == "exit";
         if (!known) {
-            return err_line(ErrorCode::kUnknownCommand,
-                            name + " is not a command of " + session_.role.binary + "; see capabilities in the ready line");
+            return err_line(ErrorCode::kUnknownCommand, name + " is not a command of " + session_.role.binary +
+                                                            "; see capabilities in the ready line");
         }
         if (name == "quit" || name == "exit") {
+            try {
+                const CommandLine cmd = parse_command_line(queued.line);
+                cmd.expect_positional(0, name.c_str());
+                cmd.check_options({}, name.c_str());
+            } catch (const ProtocolError & error) {
+                return err_line(error.code(), error.what());
+            }
             quit = true;
             return OkReply("quit").line();
         }
         const bool stream = is_stream_command(name);
         if (stream && !session_.stream.available()) {
-            session_.cancel.finished(queued.generate_seq);
-            return err_line(ErrorCode::kNoStreamFd, name + " writes to the stream fd; start the daemon with --stream-fd=N");
+            return err_line(ErrorCode::kNoStreamFd,
+                            name + " writes to the stream fd; start the daemon with --stream-fd=N");
         }
         if (stream) {
             session_.stream.begin();
@@ -135,11 +149,9 @@ public:
         if (stream) {
             session_.stream.terminate();  // exactly one -1, success or error
         }
-        session_.cancel.finished(queued.generate_seq);
         return reply;
     }
 
-private:
     std::string handle(const std::string & name, const CommandLine & cmd, const QueuedCommand & queued) {
         if (name == "generate") return handle_generate(session_, cmd, queued.generate_seq);
         if (name == "tokenize") return handle_tokenize(session_, cmd);

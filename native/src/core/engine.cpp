@@ -51,7 +51,8 @@ BackendGuard::BackendGuard() { llama_backend_init(); }
 
 BackendGuard::~BackendGuard() { llama_backend_free(); }
 
-Batch::Batch(int32_t capacity) : batch_(llama_batch_init(capacity, /*embd =*/0, /*n_seq_max =*/1)), capacity_(capacity) {
+Batch::Batch(int32_t capacity)
+    : batch_(llama_batch_init(capacity, /*embd =*/0, /*n_seq_max =*/1)), capacity_(capacity) {
     batch_.n_tokens = 0;
 }
 

@@ -50,14 +50,17 @@ const char * finish_name(Finish finish) {
     return "length";
 }
 
-float parse_unit(const char * key, const std::string & value, bool allow_zero) {
+float parse_unit(const char * key, const std::string & value) {
     const double v = parse_float(key, value);
-    if (v > 1.0 || v < 0.0 || (!allow_zero && v == 0.0)) {
-        throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " must be in " +
-                                                     (allow_zero ? "[0, 1]" : "(0, 1]"));
+    if (v > 1.0 || v < 0.0) {
+        throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " must be in [0, 1]");
     }
     return static_cast<float>(v);
 }
+
+// The engine reads LLAMA_DEFAULT_SEED (0xFFFFFFFF) as "seed from the clock"; every seed
+// we are given must be deterministic, so that one value is replaced by its neighbour.
+uint32_t deterministic_seed(uint32_t seed) { return seed == LLAMA_DEFAULT_SEED ? LLAMA_DEFAULT_SEED - 1 : seed; }
 
 // Validation order: arguments, token source, empty prompt, token range, context size.
 GenerateRequest parse_request(const Session & session, const CommandLine & cmd) {
@@ -79,9 +82,9 @@ GenerateRequest parse_request(const Session & session, const CommandLine & cmd) 
         } else if (key == "top_k") {
             sp.top_k = static_cast<int32_t>(parse_int("top_k", value, 0, std::numeric_limits<int32_t>::max()));
         } else if (key == "top_p") {
-            sp.top_p = parse_unit("top_p", value, /*allow_zero =*/false);
+            sp.top_p = parse_unit("top_p", value);
         } else if (key == "min_p") {
-            sp.min_p = parse_unit("min_p", value, /*allow_zero =*/true);
+            sp.min_p = parse_unit("min_p", value);
         } else if (key == "rep_pen") {
             const double r = parse_float("rep_pen", value);
             if (r <= 0.0) {
@@ -93,7 +96,8 @@ GenerateRequest parse_request(const Session & session, const CommandLine & cmd) 
         } else if (key == "pres_pen") {
             sp.pres_pen = static_cast<float>(parse_float("pres_pen", value));
         } else if (key == "rep_window") {
-            sp.rep_window = static_cast<int32_t>(parse_int("rep_window", value, 0, std::numeric_limits<int32_t>::max()));
+            sp.rep_window =
+                static_cast<int32_t>(parse_int("rep_window", value, 0, std::numeric_limits<int32_t>::max()));
         } else if (key == "seed") {
             sp.seed = static_cast<uint32_t>(parse_int("seed", value, 0, std::numeric_limits<uint32_t>::max()));
         } else if (key == "stop") {
@@ -111,9 +115,9 @@ GenerateRequest parse_request(const Session & session, const CommandLine & cmd) 
     check_token_ids(req.stop, session.engine.n_vocab);
     const int64_t needed = static_cast<int64_t>(req.prompt.size()) + req.n_gen;
     if (needed > session.engine.n_ctx) {
-        throw ProtocolError(ErrorCode::kContextOverflow, "n_prompt=" + std::to_string(req.prompt.size()) +
-                                                             " + n_gen=" + std::to_string(req.n_gen) + " exceeds n_ctx=" +
-                                                             std::to_string(session.engine.n_ctx));
+        throw ProtocolError(ErrorCode::kContextOverflow,
+                            "n_prompt=" + std::to_string(req.prompt.size()) + " + n_gen=" + std::to_string(req.n_gen) +
+                                " exceeds n_ctx=" + std::to_string(session.engine.n_ctx));
     }
     return req;
 }
@@ -123,20 +127,20 @@ GenerateRequest parse_request(const Session & session, const CommandLine & cmd) 
 llama_sampler_ptr make_sampler(const SamplingParams & sp, int32_t n_vocab) {
     llama_sampler_ptr chain(llama_sampler_chain_init(llama_sampler_chain_default_params()));
     if (sp.rep_pen != 1.0f || sp.freq_pen != 0.0f || sp.pres_pen != 0.0f) {
-        llama_sampler_chain_add(chain.get(),
-                                llama_sampler_init_penalties(n_vocab, sp.rep_window, sp.rep_pen, sp.freq_pen, sp.pres_pen));
+        llama_sampler_chain_add(
+            chain.get(), llama_sampler_init_penalties(n_vocab, sp.rep_window, sp.rep_pen, sp.freq_pen, sp.pres_pen));
     }
     if (sp.top_k > 0) {
         llama_sampler_chain_add(chain.get(), llama_sampler_init_top_k(sp.top_k));
     }
-    if (sp.top_p < 1.0f) {
+    if (sp.top_p < 1.0f) {  // top_p=0 keeps the single most likely token
         llama_sampler_chain_add(chain.get(), llama_sampler_init_top_p(sp.top_p, 1));
     }
     if (sp.min_p > 0.0f) {
         llama_sampler_chain_add(chain.get(), llama_sampler_init_min_p(sp.min_p, 1));
     }
     llama_sampler_chain_add(chain.get(), llama_sampler_init_temp(sp.temp));
-    llama_sampler_chain_add(chain.get(), llama_sampler_init_dist(sp.seed));
+    llama_sampler_chain_add(chain.get(), llama_sampler_init_dist(deterministic_seed(sp.seed)));
     return chain;
 }
 

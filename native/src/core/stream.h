@@ -2,6 +2,7 @@
 // exactly one -1 (PROTOCOL.md section 1).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

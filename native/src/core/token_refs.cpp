@@ -38,10 +38,14 @@ std::vector<int32_t> parse_id_list(const std::string & text, const char * what) 
     while (true) {
         const size_t comma = text.find(',', start);
         const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        // int32 decimals only: an optional '-' and digits (no '+', spaces or hex).
+        const size_t digits_from = !item.empty() && item[0] == '-' ? 1 : 0;
+        const bool plain = item.size() > digits_from &&
+                           item.find_first_not_of("0123456789", digits_from) == std::string::npos;
         errno = 0;
         char * end = nullptr;
         const long long value = std::strtoll(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || errno == ERANGE || value < std::numeric_limits<int32_t>::min() ||
+        if (!plain || *end != '\0' || errno == ERANGE || value < std::numeric_limits<int32_t>::min() ||
             value > std::numeric_limits<int32_t>::max()) {
             throw ProtocolError(ErrorCode::kBadArgs, std::string(what) + ": '" + item + "' is not a token id");
         }

@@ -47,10 +47,69 @@ std::string decode_or_throw(std::string_view word) {
     if (!decoded) {
         throw ProtocolError(ErrorCode::kBadArgs, "bad percent-encoding in '" + std::string(word) + "'");
     }
+    if (!is_valid_utf8(*decoded)) {
+        throw ProtocolError(ErrorCode::kBadArgs, "'" + std::string(word) + "' is not UTF-8 once decoded");
+    }
     return *decoded;
 }
 
+// Plain decimals only (PROTOCOL.md section 3): no leading '+', spaces, hex or inf/nan,
+// which strtoll/strtod would otherwise accept.
+bool is_plain_integer(const std::string & text) {
+    const size_t start = !text.empty() && text[0] == '-' ? 1 : 0;
+    return text.size() > start &&
+           std::all_of(text.begin() + static_cast<std::ptrdiff_t>(start), text.end(),
+                       [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool is_plain_decimal(const std::string & text) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E';
+    });
+}
+
 }  // namespace
+
+bool is_valid_utf8(std::string_view bytes) {
+    size_t i = 0;
+    while (i < bytes.size()) {
+        const auto c = static_cast<unsigned char>(bytes[i]);
+        size_t extra = 0;
+        uint32_t cp = 0;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            extra = 1;
+            cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            extra = 2;
+            cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            extra = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (i + extra >= bytes.size()) {  // truncated sequence
+            return false;
+        }
+        for (size_t k = 1; k <= extra; ++k) {
+            const auto cc = static_cast<unsigned char>(bytes[i + k]);
+            if ((cc & 0xc0) != 0x80) {
+                return false;
+            }
+            cp = (cp << 6) | (cc & 0x3f);
+        }
+        // Overlong forms, surrogates and values beyond U+10FFFF are not UTF-8.
+        static const uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+        if (cp < kMin[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+            return false;
+        }
+        i += extra + 1;
+    }
+    return true;
+}
 
 std::optional<std::string> percent_decode(std::string_view text) {
     std::string out;
@@ -146,7 +205,7 @@ int64_t parse_int(std::string_view key, const std::string & value, int64_t min, 
     errno = 0;
     char * end = nullptr;
     const long long parsed = std::strtoll(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) {
+    if (!is_plain_integer(value) || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) {
         throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " is not an integer in [" +
                                                      std::to_string(min) + ", " + std::to_string(max) + "]");
     }
@@ -157,7 +216,7 @@ double parse_float(std::string_view key, const std::string & value) {
     errno = 0;
     char * end = nullptr;
     const double parsed = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(parsed)) {
+    if (!is_plain_decimal(value) || *end != '\0' || errno == ERANGE || !std::isfinite(parsed)) {
         throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " is not a finite number");
     }
     return parsed;

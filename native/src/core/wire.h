@@ -16,12 +16,15 @@ namespace lucerna {
 // RFC 3986 %XX decoding; nullopt on a truncated or non-hex escape.
 std::optional<std::string> percent_decode(std::string_view text);
 
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool is_valid_utf8(std::string_view bytes);
+
 // Encodes every byte that is not printable ASCII, plus space, '%' and '='.
 std::string percent_encode(std::string_view bytes);
 
 // One command line split into its parts. Words after the command are positional
 // until the first `key=value` word (key: lowercase letters, digits, '_'); after that
-// every word must be an option. All values are percent-decoded.
+// every word must be an option. All values are percent-decoded and must be UTF-8.
 struct CommandLine {
     std::string name;
     std::vector<std::string> positional;
@@ -37,7 +40,8 @@ struct CommandLine {
 // Parses a line (trailing "\r" already removed). Throws ProtocolError(bad_args).
 CommandLine parse_command_line(std::string_view line);
 
-// Strict value parsers for options; they throw bad_args naming the key.
+// Strict value parsers for options (plain decimals only); they throw bad_args naming
+// the key.
 int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max);
 double parse_float(std::string_view key, const std::string & value);
 bool parse_bool01(std::string_view key, const std::string & value);

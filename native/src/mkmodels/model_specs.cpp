@@ -112,6 +112,10 @@ void deepseek4_kvs(llama_model_saver & ms, const ModelSpec & spec) {
     ms.add_kv(LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT, u32(2));
     ms.add_kv(LLM_KV_ATTENTION_OUTPUT_LORA_RANK, u32(16));
     ms.add_kv(LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE, 160000.0f);
+    // One layer of each kind: sliding only (0), CSA with the lightning indexer (4) and
+    // HCA (128). The engine needs at least one ratio-4 layer (its indexer cache divides
+    // by the indexed head size otherwise) and an indexer key length that is a multiple
+    // of 64 (the Hadamard rotation size).
     ms.add_kv(LLM_KV_ATTENTION_COMPRESS_RATIOS, std::vector<u32>{0, 4, 128});
     ms.add_kv(LLM_KV_ATTENTION_INDEXER_HEAD_COUNT, u32(2));
     ms.add_kv(LLM_KV_ATTENTION_INDEXER_KEY_LENGTH, u32(64));
@@ -146,25 +150,50 @@ void dflash_kvs(llama_model_saver & ms, const ModelSpec & spec) {
 
 struct Recipe {
     ModelSpec spec;
-    llm_arch arch;
-    void (*add_kvs)(llama_model_saver &, const ModelSpec &);
+    llm_arch arch = LLM_ARCH_UNKNOWN;
+    void (*add_kvs)(llama_model_saver &, const ModelSpec &) = nullptr;
     const char * tokenizer_pre = nullptr;  // override tokenizer.ggml.pre, or keep the file's
 };
 
+Recipe recipe(const char * name, const char * description, const char * vocab_gguf, llm_arch arch,
+              void (*add_kvs)(llama_model_saver &, const ModelSpec &)) {
+    Recipe r;
+    r.spec.name = name;
+    r.spec.description = description;
+    r.spec.vocab_gguf = vocab_gguf;
+    r.arch = arch;
+    r.add_kvs = add_kvs;
+    return r;
+}
+
 const std::vector<Recipe> & recipes() {
-    static const std::vector<Recipe> all = {
-        {{"qwen35", "Qwen3.5 hybrid DeltaNet/attention, real Qwen vocabulary", "ggml-vocab-qwen35.gguf", {}, true},
-         LLM_ARCH_QWEN35, qwen35_kvs},
-        {{"qwen3", "Qwen3 dense, real Qwen vocabulary, tied embeddings", "ggml-vocab-qwen35.gguf", {"output.weight"}, true},
-         LLM_ARCH_QWEN3, qwen3_kvs, "qwen2"},
-        {{"laguna", "Laguna MoE with SWA, GPT-2 vocabulary, tied embeddings", "ggml-vocab-gpt-2.gguf", {"output.weight"}, true},
-         LLM_ARCH_LAGUNA, laguna_kvs},
-        {{"deepseek4", "DeepSeek-V4 MoE with hyper-connections, DeepSeek-Coder vocabulary", "ggml-vocab-deepseek-coder.gguf", {}, true},
-         LLM_ARCH_DEEPSEEK4, deepseek4_kvs},
-        {{"dflash", "DFlash draft for the qwen35 test model (shares its embeddings and head)", "ggml-vocab-qwen35.gguf",
-          {"token_embd.weight", "output.weight"}, false},
-         LLM_ARCH_DFLASH, dflash_kvs},
-    };
+    static const std::vector<Recipe> all = [] {
+        std::vector<Recipe> out;
+        out.push_back(recipe("qwen35", "Qwen3.5 hybrid DeltaNet/attention, real Qwen vocabulary",
+                             "ggml-vocab-qwen35.gguf", LLM_ARCH_QWEN35, qwen35_kvs));
+
+        Recipe qwen3 = recipe("qwen3", "Qwen3 dense, real Qwen vocabulary, tied embeddings", "ggml-vocab-qwen35.gguf",
+                              LLM_ARCH_QWEN3, qwen3_kvs);
+        qwen3.spec.omit_tensors = {"output.weight"};
+        qwen3.tokenizer_pre = "qwen2";
+        out.push_back(qwen3);
+
+        Recipe laguna = recipe("laguna", "Laguna MoE with SWA, GPT-2 vocabulary, tied embeddings",
+                               "ggml-vocab-gpt-2.gguf", LLM_ARCH_LAGUNA, laguna_kvs);
+        laguna.spec.omit_tensors = {"output.weight"};
+        out.push_back(laguna);
+
+        out.push_back(recipe("deepseek4", "DeepSeek-V4 MoE with hyper-connections, DeepSeek-Coder vocabulary",
+                             "ggml-vocab-deepseek-coder.gguf", LLM_ARCH_DEEPSEEK4, deepseek4_kvs));
+
+        Recipe dflash = recipe("dflash", "DFlash draft for the qwen35 test model (shares its embeddings and head)",
+                               "ggml-vocab-qwen35.gguf", LLM_ARCH_DFLASH, dflash_kvs);
+        dflash.spec.omit_tensors = {"token_embd.weight", "output.weight"};
+        dflash.spec.generates = false;
+        dflash.spec.draft_target = "qwen35";
+        out.push_back(dflash);
+        return out;
+    }();
     return all;
 }
 

@@ -20,6 +20,7 @@ struct ModelSpec {
     std::string vocab_gguf;     // file under <engine src>/models/ whose tokenizer.* keys we copy
     std::vector<std::string> omit_tensors;  // tensors we leave out of the file (tied/shared)
     bool generates = true;      // false: the model cannot run on its own (the DFlash draft)
+    std::string draft_target;   // for drafts: the spec name of the target model they run with
 };
 
 const std::vector<ModelSpec> & model_specs();

@@ -11,6 +11,7 @@
 #include "llama-cpp.h"
 #include "llama-model-saver.h"
 #include "llama-model.h"
+#include "mkmodels/draft_check.h"
 #include "mkmodels/random_weights.h"
 #include "mkmodels/vocab_source.h"
 
@@ -127,8 +128,17 @@ VerifyResult verify_model(const ModelSpec & spec, const std::string & path, int 
     result.n_vocab = llama_vocab_n_tokens(vocab);
 
     if (!spec.generates) {
-        result.note = "loads as a model; it needs its target's context (ctx_other) for embeddings, "
-                      "LM head and hidden states, so it is not run on its own";
+        const std::string target =
+            std::filesystem::path(path).parent_path().string() + "/" + spec.draft_target + ".gguf";
+        if (spec.draft_target.empty() || !std::filesystem::exists(target)) {
+            result.note = "loads as a model; it needs its target's context (ctx_other) for embeddings, "
+                          "LM head and hidden states, and " + target + " is not there";
+            return result;
+        }
+        const DraftCheck check = run_draft_block(target, path);
+        result.generated = check.ok;
+        result.tokens.assign(check.drafted.begin(), check.drafted.end());
+        result.note = check.note;
         return result;
     }
 

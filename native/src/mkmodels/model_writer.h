@@ -32,7 +32,9 @@ struct VerifyResult {
 };
 
 // Loads `path` from disk like a daemon would, and for generating models runs a real
-// llama_context: prefill a tokenized prompt, then greedy-decode `n_gen` tokens.
+// llama_context: prefill a tokenized prompt, then greedy-decode `n_gen` tokens. A draft
+// runs one block against its target when the target's file sits next to it
+// (`tokens` then holds the drafted tokens).
 VerifyResult verify_model(const ModelSpec & spec, const std::string & path, int n_gen);
 
 }  // namespace lucerna::mkmodels
