@@ -175,10 +175,7 @@ class DaemonClient:
 
     async def _watch_exit(self) -> None:
         await self.process.wait()
-        if self._quitting:
-            log.info("%s daemon pid %d stopped (%s)", self.role, self.pid,
-                     describe_exit(self.process.returncode))
-        else:
+        if not self._quitting:  # an exit we asked for is logged by aclose()
             log.error("%s daemon pid %d died: it %s", self.role, self.pid,
                       describe_exit(self.process.returncode))
         self.exited.set()
@@ -345,9 +342,11 @@ class DaemonClient:
 
     async def aclose(self) -> None:
         """Quit, then escalate to SIGTERM and SIGKILL on the process group; always reap."""
+        # Wait on the process itself, not on ``exited``: when our caller is cancelled
+        # the task that sets ``exited`` is cancelled with it.
         with trio.CancelScope(shield=True):
             self._quitting = True
-            if not self.exited.is_set():
+            if self.process.returncode is None:
                 with trio.move_on_after(_QUIT_GRACE_S):
                     try:
                         assert self.process.stdin is not None
@@ -355,14 +354,19 @@ class DaemonClient:
                         await self.process.stdin.aclose()
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         pass
-                    await self.exited.wait()
+                    await self.process.wait()
             for sig in (signal.SIGTERM, signal.SIGKILL):
-                if self.exited.is_set():
+                if self.process.returncode is not None:
                     break
+                log.warning("%s daemon pid %d did not quit; sending %s", self.role, self.pid,
+                            sig.name)
                 self._kill_group(sig)
                 with trio.move_on_after(_TERM_GRACE_S):
-                    await self.exited.wait()
+                    await self.process.wait()
             await self.process.wait()
+            log.info("%s daemon pid %d stopped: it %s", self.role, self.pid,
+                     describe_exit(self.process.returncode))
+            self.exited.set()
             # Members of the group that outlived the leader (none expected) go too.
             self._kill_group(signal.SIGKILL)
             await self._stream.aclose()

@@ -23,10 +23,10 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemons._build import Progress, run_build_step
 from daemons._locking import file_lock
 from daemons.errors import BuildError
 from daemons.paths import lucerna_cache_dir
@@ -42,8 +42,6 @@ __all__ = [
 ]
 
 BACKENDS = ("cpu", "cuda", "hip")
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -88,8 +86,7 @@ _COMMON_CMAKE_ARGS = (
 
 _BACKEND_CMAKE_ARGS: dict[str, tuple[str, ...]] = {
     "cpu": (),
-    # sm_90 is the H200/H100; 80/86/89 cover the consumer cards people run at home.
-    "cuda": ("-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=80;86;89;90"),
+    "cuda": ("-DGGML_CUDA=ON",),
     # Wired but untested here: no AMD GPU is available to this project.
     "hip": ("-DGGML_HIP=ON", "-DGPU_TARGETS=gfx1100;gfx1151;gfx1201"),
 }
@@ -189,35 +186,32 @@ def ensure_engine_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print
     return source
 
 
+# Without a GPU to ask (building on one machine for another), cover the cards people
+# run: Ampere, Ada and Hopper (sm_90 is the H100/H200).
+_CUDA_PORTABLE_ARCHS = "80;86;89;90"
+
+
+def _cuda_archs() -> str:
+    """``LUCERNA_CUDA_ARCHS`` wins; else the GPUs of this machine; else a portable set."""
+    explicit = os.environ.get("LUCERNA_CUDA_ARCHS")
+    if explicit:
+        return explicit
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        result = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True)
+        caps = sorted({line.strip().replace(".", "") for line in result.stdout.splitlines()
+                       if line.strip()})
+        if result.returncode == 0 and caps:
+            return ";".join(caps)
+    return _CUDA_PORTABLE_ARCHS
+
+
 def _cmake_args(backend: str) -> list[str]:
-    return [*_COMMON_CMAKE_ARGS, *_BACKEND_CMAKE_ARGS[backend]]
-
-
-def _run_streaming(cmd: Sequence[str], cwd: Path | None, progress: Progress, log: Path) -> None:
-    """Run a build step, keeping the full log on disk and showing progress lines."""
-    with log.open("a") as log_file:
-        log_file.write(f"$ {' '.join(cmd)}\n")
-        log_file.flush()
-        proc = subprocess.Popen(
-            list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        assert proc.stdout is not None
-        last_percent = ""
-        for line in proc.stdout:
-            log_file.write(line)
-            # cmake prints "[ 42%] Building ..." lines; show each new percentage once.
-            if line.startswith("[") and "%]" in line[:7]:
-                percent = line[1:5].strip()
-                if percent != last_percent:
-                    last_percent = percent
-                    progress(f"  engine build {percent}")
-        code = proc.wait()
-    if code != 0:
-        tail = log.read_text().splitlines()[-30:]
-        raise BuildError(
-            f"engine build step failed ({' '.join(cmd[:3])} ...), exit {code}; "
-            f"full log: {log}\n" + "\n".join(tail)
-        )
+    args = [*_COMMON_CMAKE_ARGS, *_BACKEND_CMAKE_ARGS[backend]]
+    if backend == "cuda":
+        args.append(f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_archs()}")
+    return args
 
 
 def ensure_engine(
@@ -249,13 +243,13 @@ def ensure_engine(
             f"building the pinned engine ({pin.name}, ggml {pin.ggml_version}, {backend}) "
             f"with {jobs} jobs into {build_dir}; this happens once and takes minutes"
         )
-        _run_streaming(
+        run_build_step(
             ["cmake", "-S", str(source), "-B", str(build_dir), *_cmake_args(backend)],
-            None, progress, log,
+            "configuring the engine", log, progress,
         )
-        _run_streaming(
+        run_build_step(
             ["cmake", "--build", str(build_dir), "--parallel", jobs, "--target", *ENGINE_TARGETS],
-            None, progress, log,
+            "building the engine", log, progress,
         )
         stamp.write_text(json.dumps(wanted))
         progress(f"engine ready: {build_dir}")

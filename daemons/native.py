@@ -19,27 +19,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemons._build import Progress, run_build_step
 from daemons._locking import file_lock
 from daemons.engine import EngineBuild, ensure_engine
 from daemons.errors import BuildError
 from daemons.paths import repo_root
+from daemons.roles import ROLES, role_named
 
-__all__ = ["ROLE_BINARIES", "NativeBuild", "ensure_native"]
-
-Progress = Callable[[str], None]
-
-# role (as in the ready line's role=) -> executable name
-ROLE_BINARIES: dict[str, str] = {
-    "qwen35": "lucerna-qwen35",
-    "laguna": "lucerna-laguna",
-    "pflash": "lucerna-pflash",
-    "ds4_shard": "lucerna-ds4-shard",
-}
+__all__ = ["NativeBuild", "ensure_native"]
 
 _MKMODELS = "lucerna-mkmodels"
 _LOG_NAME = "lucerna-native-build.log"
@@ -62,12 +52,7 @@ class NativeBuild:
         return self.bin_dir / _MKMODELS
 
     def binary(self, role: str) -> Path:
-        try:
-            return self.bin_dir / ROLE_BINARIES[role]
-        except KeyError:
-            raise ValueError(
-                f"unknown daemon role {role!r}; roles are {', '.join(ROLE_BINARIES)}"
-            ) from None
+        return self.bin_dir / role_named(role).executable
 
 
 def _cache_entries(cache: Path) -> dict[str, str]:
@@ -112,38 +97,6 @@ def _is_configured(engine: EngineBuild, build_dir: Path) -> bool:
     )
 
 
-def _failure_tail(log: Path) -> str:
-    """The compiler errors if there are any, else the end of the log."""
-    lines = log.read_text(errors="replace").splitlines()
-    errors = [line for line in lines if "error" in line.lower()]
-    picked = errors[:20] if errors else lines[-30:]
-    return "\n".join(picked)
-
-
-def _run_step(cmd: Sequence[str], what: str, log: Path, progress: Progress) -> None:
-    """Run one configure/build step, appending to the log and reporting compile steps."""
-    with log.open("a") as log_file:
-        log_file.write(f"$ {' '.join(cmd)}\n")
-        log_file.flush()
-        proc = subprocess.Popen(
-            list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log_file.write(line)
-            # Ninja prints "[3/33] Building CXX object ...", make "[ 42%] Building ...".
-            stripped = line.strip()
-            if stripped.startswith("[") and ("Building" in stripped or "Linking" in stripped):
-                progress(
-                    f"  native {stripped.split()[0]} {stripped.split()[-1].rsplit('/', 1)[-1]}"
-                )
-        code = proc.wait()
-    if code != 0:
-        raise BuildError(
-            f"{what} of native/ failed (exit {code}); full log: {log}\n{_failure_tail(log)}"
-        )
-
-
 def ensure_native(backend: str | None = None, progress: Progress = print) -> NativeBuild:
     """Build the engine (once) and our daemons (incrementally) for ``backend``."""
     engine = ensure_engine(backend, progress=progress)
@@ -156,15 +109,17 @@ def ensure_native(backend: str | None = None, progress: Progress = print) -> Nat
         log.write_text("")
         if not _is_configured(engine, build_dir):
             progress(f"configuring native daemons ({engine.backend}) in {build_dir}")
-            _run_step(_configure_args(engine, build_dir), "configuring", log, progress)
+            run_build_step(_configure_args(engine, build_dir), "configuring native/", log,
+                           progress)
         jobs = str(os.cpu_count() or 2)
-        _run_step(
-            ["cmake", "--build", str(build_dir), "--parallel", jobs], "building", log, progress
+        run_build_step(
+            ["cmake", "--build", str(build_dir), "--parallel", jobs], "building native/", log,
+            progress,
         )
 
     missing = [
         path.name
-        for path in (*(build.binary(role) for role in ROLE_BINARIES), build.mkmodels)
+        for path in (*(build.binary(role) for role in ROLES), build.mkmodels)
         if not path.exists()
     ]
     if missing:

@@ -22,7 +22,7 @@ class RoleSpec:
     executable: str
     architectures: frozenset[str]
     summary: str
-    generates: bool
+    is_target: bool  # serves generation requests (as opposed to drafting or sharding)
 
 
 ROLES: dict[str, RoleSpec] = {
@@ -34,28 +34,28 @@ ROLES: dict[str, RoleSpec] = {
             architectures=frozenset({"qwen35", "qwen35moe", "qwen3", "gemma3", "llama"}),
             summary="target: Qwen3.5/3.6 hybrid attention + Gated DeltaNet (DFlash later); "
             "plain-attention models are served autoregressively",
-            generates=True,
+            is_target=True,
         ),
         RoleSpec(
             name="laguna",
             executable="lucerna-laguna",
             architectures=frozenset({"laguna"}),
             summary="target: the Laguna mixture-of-experts model",
-            generates=True,
+            is_target=True,
         ),
         RoleSpec(
             name="pflash",
             executable="lucerna-pflash",
             architectures=frozenset({"qwen3", "qwen35", "gemma3", "llama"}),
             summary="drafter: scores and compresses long prompts (speculative prefill)",
-            generates=False,
+            is_target=False,
         ),
         RoleSpec(
             name="ds4_shard",
             executable="lucerna-ds4-shard",
             architectures=frozenset({"deepseek4"}),
             summary="expert shard: serves DeepSeek V4 experts to another daemon",
-            generates=False,
+            is_target=False,
         ),
     )
 }
@@ -71,9 +71,9 @@ def role_named(name: str) -> RoleSpec:
 def target_role_for(architecture: str) -> RoleSpec:
     """The role that serves generation for a model of ``architecture``."""
     for spec in ROLES.values():
-        if spec.generates and architecture in spec.architectures:
+        if spec.is_target and architecture in spec.architectures:
             return spec
-    served = sorted(a for s in ROLES.values() if s.generates for a in s.architectures)
+    served = sorted(a for s in ROLES.values() if s.is_target for a in s.architectures)
     raise ModelError(
         f"no Lucerna target daemon serves GGUF architecture {architecture!r}; "
         f"served: {', '.join(served)}"
