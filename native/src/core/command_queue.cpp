@@ -7,19 +7,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/wire.h"
+
 namespace lucerna {
-namespace {
-
-std::string first_word(const std::string & line) {
-    const size_t start = line.find_first_not_of(' ');
-    if (start == std::string::npos) {
-        return {};
-    }
-    const size_t end = line.find(' ', start);
-    return line.substr(start, end == std::string::npos ? std::string::npos : end - start);
-}
-
-}  // namespace
 
 CommandQueue::CommandQueue(int input_fd, CancelState & cancel) : input_fd_(input_fd), cancel_(cancel) {
     int fds[2];

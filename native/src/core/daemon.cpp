@@ -41,15 +41,6 @@ std::vector<std::string> capabilities(const RoleInfo & role) {
 
 bool is_stream_command(const std::string & name) { return name == "generate" || name == "tokenize"; }
 
-std::string first_word(const std::string & line) {
-    const size_t start = line.find_first_not_of(' ');
-    if (start == std::string::npos) {
-        return {};
-    }
-    const size_t end = line.find(' ', start);
-    return line.substr(start, end == std::string::npos ? std::string::npos : end - start);
-}
-
 // The private copy of the original stdout. fd 1 itself is pointed at stderr, so a
 // stray printf anywhere in the process (engine included) can never corrupt the
 // protocol channel.

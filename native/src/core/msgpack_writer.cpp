@@ -1,6 +1,21 @@
 #include "core/msgpack_writer.h"
 
+#include <algorithm>
+
 namespace lucerna {
+namespace {
+
+// Bytes a value needs in msgpack's sized forms: 1, 2, 4 or 8.
+int unsigned_width(uint64_t v) {
+    return v <= 0xff ? 1 : v <= 0xffff ? 2 : v <= 0xffffffffULL ? 4 : 8;
+}
+
+// Same for a negative value in two's complement.
+int negative_width(int64_t v) {
+    return v >= INT8_MIN ? 1 : v >= INT16_MIN ? 2 : v >= INT32_MIN ? 4 : 8;
+}
+
+}  // namespace
 
 void MsgpackWriter::be(uint64_t v, int n_bytes) {
     for (int i = n_bytes - 1; i >= 0; --i) {
@@ -8,27 +23,33 @@ void MsgpackWriter::be(uint64_t v, int n_bytes) {
     }
 }
 
+// Within one family (map16/32, str8/16/32, uint8..64, int8..64, ...) the spec numbers
+// the sized forms consecutively in width order, so the marker follows from the
+// family's narrowest form. `be` keeps the low `width` bytes, which for a negative
+// value is its two's complement at that width.
+void MsgpackWriter::sized(uint8_t narrowest_marker, int narrowest_width, int width, uint64_t v) {
+    width = std::max(width, narrowest_width);
+    uint8_t marker = narrowest_marker;
+    for (int w = narrowest_width; w < width; w *= 2) {
+        ++marker;
+    }
+    u8(marker);
+    be(v, width);
+}
+
 void MsgpackWriter::map_header(uint32_t n_pairs) {
     if (n_pairs < 16) {
         u8(static_cast<uint8_t>(0x80 | n_pairs));  // fixmap
-    } else if (n_pairs <= 0xffff) {
-        u8(0xde);
-        be(n_pairs, 2);
     } else {
-        u8(0xdf);
-        be(n_pairs, 4);
+        sized(0xde, 2, unsigned_width(n_pairs), n_pairs);  // map16, map32
     }
 }
 
 void MsgpackWriter::array_header(uint32_t n_items) {
     if (n_items < 16) {
         u8(static_cast<uint8_t>(0x90 | n_items));  // fixarray
-    } else if (n_items <= 0xffff) {
-        u8(0xdc);
-        be(n_items, 2);
     } else {
-        u8(0xdd);
-        be(n_items, 4);
+        sized(0xdc, 2, unsigned_width(n_items), n_items);  // array16, array32
     }
 }
 
@@ -36,31 +57,15 @@ void MsgpackWriter::str(std::string_view text) {
     const auto n = static_cast<uint32_t>(text.size());
     if (n < 32) {
         u8(static_cast<uint8_t>(0xa0 | n));  // fixstr
-    } else if (n <= 0xff) {
-        u8(0xd9);
-        be(n, 1);
-    } else if (n <= 0xffff) {
-        u8(0xda);
-        be(n, 2);
     } else {
-        u8(0xdb);
-        be(n, 4);
+        sized(0xd9, 1, unsigned_width(n), n);  // str8, str16, str32
     }
     out_.append(text);
 }
 
 void MsgpackWriter::bin(std::string_view bytes) {
     const auto n = static_cast<uint32_t>(bytes.size());
-    if (n <= 0xff) {
-        u8(0xc4);
-        be(n, 1);
-    } else if (n <= 0xffff) {
-        u8(0xc5);
-        be(n, 2);
-    } else {
-        u8(0xc6);
-        be(n, 4);
-    }
+    sized(0xc4, 1, unsigned_width(n), n);  // bin8, bin16, bin32
     out_.append(bytes);
 }
 
@@ -69,35 +74,13 @@ void MsgpackWriter::integer(int64_t value) {
         const auto v = static_cast<uint64_t>(value);
         if (v < 128) {
             u8(static_cast<uint8_t>(v));  // positive fixint
-        } else if (v <= 0xff) {
-            u8(0xcc);
-            be(v, 1);
-        } else if (v <= 0xffff) {
-            u8(0xcd);
-            be(v, 2);
-        } else if (v <= 0xffffffffULL) {
-            u8(0xce);
-            be(v, 4);
         } else {
-            u8(0xcf);
-            be(v, 8);
+            sized(0xcc, 1, unsigned_width(v), v);  // uint8 .. uint64
         }
-        return;
-    }
-    if (value >= -32) {
+    } else if (value >= -32) {
         u8(static_cast<uint8_t>(static_cast<int8_t>(value)));  // negative fixint
-    } else if (value >= -128) {
-        u8(0xd0);
-        be(static_cast<uint8_t>(static_cast<int8_t>(value)), 1);
-    } else if (value >= -32768) {
-        u8(0xd1);
-        be(static_cast<uint16_t>(static_cast<int16_t>(value)), 2);
-    } else if (value >= INT32_MIN) {
-        u8(0xd2);
-        be(static_cast<uint32_t>(static_cast<int32_t>(value)), 4);
     } else {
-        u8(0xd3);
-        be(static_cast<uint64_t>(value), 8);
+        sized(0xd0, 1, negative_width(value), static_cast<uint64_t>(value));  // int8 .. int64
     }
 }
 

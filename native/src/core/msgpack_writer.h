@@ -23,6 +23,9 @@ public:
 private:
     void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
     void be(uint64_t v, int n_bytes);
+    // Marker + big-endian value in the narrowest sized form of one family that is at
+    // least `width` bytes wide.
+    void sized(uint8_t narrowest_marker, int narrowest_width, int width, uint64_t v);
 
     std::string out_;
 };

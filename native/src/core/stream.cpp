@@ -1,25 +1,8 @@
 #include "core/stream.h"
 
-#include <unistd.h>
-
-#include <cerrno>
+#include "core/fd_io.h"
 
 namespace lucerna {
-
-bool TokenStream::write_bytes(const unsigned char * data, size_t size) {
-    size_t done = 0;
-    while (done < size) {
-        const ssize_t n = ::write(fd_, data + done, size - done);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return false;
-        }
-        done += static_cast<size_t>(n);
-    }
-    return true;
-}
 
 bool TokenStream::write(const std::vector<int32_t> & values) {
     if (fd_ < 0) {
@@ -34,7 +17,7 @@ bool TokenStream::write(const std::vector<int32_t> & values) {
         bytes.push_back(static_cast<unsigned char>((u >> 16) & 0xff));
         bytes.push_back(static_cast<unsigned char>((u >> 24) & 0xff));
     }
-    return write_bytes(bytes.data(), bytes.size());
+    return write_all(fd_, bytes.data(), bytes.size());
 }
 
 bool TokenStream::terminate() {

@@ -2,7 +2,6 @@
 // exactly one -1 (PROTOCOL.md section 1).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -28,8 +27,6 @@ public:
     bool terminate();
 
 private:
-    bool write_bytes(const unsigned char * data, size_t size);
-
     int fd_;
     bool terminated_ = true;
 };

@@ -1,12 +1,12 @@
 #include "core/wire.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+
+#include "core/fd_io.h"
 
 namespace lucerna {
 namespace {
@@ -201,6 +201,15 @@ CommandLine parse_command_line(std::string_view line) {
     return cmd;
 }
 
+std::string first_word(std::string_view line) {
+    const size_t start = line.find_first_not_of(' ');
+    if (start == std::string_view::npos) {
+        return {};
+    }
+    const size_t end = line.find(' ', start);
+    return std::string(line.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+}
+
 int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max) {
     errno = 0;
     char * end = nullptr;
@@ -260,18 +269,7 @@ std::string err_line(ErrorCode code, std::string_view detail) {
 bool LineWriter::write_line(const std::string & line) {
     std::string data = line;
     data.push_back('\n');
-    size_t done = 0;
-    while (done < data.size()) {
-        const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return false;
-        }
-        done += static_cast<size_t>(n);
-    }
-    return true;
+    return write_all(fd_, data.data(), data.size());
 }
 
 }  // namespace lucerna

@@ -40,6 +40,11 @@ struct CommandLine {
 // Parses a line (trailing "\r" already removed). Throws ProtocolError(bad_args).
 CommandLine parse_command_line(std::string_view line);
 
+// The command word alone (leading spaces skipped, "" for a blank line), without
+// decoding or validating the rest: the stdin reader uses it to spot generate/cancel as
+// they arrive, and the dispatcher to reject unknown commands before a full parse.
+std::string first_word(std::string_view line);
+
 // Strict value parsers for options (plain decimals only); they throw bad_args naming
 // the key.
 int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max);

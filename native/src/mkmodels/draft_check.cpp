@@ -1,6 +1,5 @@
 #include "mkmodels/draft_check.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -8,21 +7,13 @@
 #include "llama-cpp.h"
 #include "llama-ext.h"
 #include "llama.h"
+#include "mkmodels/cpu_engine.h"
 
 namespace lucerna::mkmodels {
 namespace {
 
-bool quiet_progress(float, void *) { return true; }
-
 llama_model_ptr load_cpu(const std::string & path) {
-    llama_model_params params = llama_model_default_params();
-    params.n_gpu_layers = 0;
-    params.progress_callback = quiet_progress;
-    return llama_model_ptr(llama_model_load_from_file(path.c_str(), params));
-}
-
-llama_token argmax(const float * logits, int32_t n) {
-    return static_cast<llama_token>(std::max_element(logits, logits + n) - logits);
+    return llama_model_ptr(llama_model_load_from_file(path.c_str(), cpu_model_params()));
 }
 
 }  // namespace
@@ -35,10 +26,7 @@ DraftCheck run_draft_block(const std::string & target_path, const std::string & 
         check.note = "could not load the target or the draft";
         return check;
     }
-    llama_context_params cparams = llama_context_default_params();
-    cparams.n_ctx = 256;
-    cparams.n_threads = 2;
-    cparams.n_threads_batch = 2;
+    const llama_context_params cparams = small_context_params();
     const llama_context_ptr ctx_target(llama_init_from_model(target.get(), cparams));
     if (!ctx_target) {
         check.note = "no target context";
@@ -69,11 +57,8 @@ DraftCheck run_draft_block(const std::string & target_path, const std::string & 
 
     const llama_vocab * vocab = llama_model_get_vocab(target.get());
     const int32_t n_vocab = llama_vocab_n_tokens(vocab);
-    const std::string text = "Hello world, this is Lucerna.";
-    std::vector<llama_token> prompt(64);
-    const int32_t n = llama_tokenize(vocab, text.c_str(), static_cast<int32_t>(text.size()), prompt.data(),
-                                     static_cast<int32_t>(prompt.size()), true, false);
-    prompt.resize(static_cast<size_t>(std::max(n, 0)));
+    std::vector<llama_token> prompt = tokenize_test_prompt(vocab);
+    const auto n = static_cast<int32_t>(prompt.size());
     if (prompt.empty() || llama_decode(ctx_target.get(), llama_batch_get_one(prompt.data(), n)) != 0) {
         check.note = "target prefill failed";
         return check;

@@ -17,26 +17,63 @@ using u32 = uint32_t;
 // Hidden size shared by every test model: it keeps the 152k-row Qwen embedding table
 // at ~19 MB in F16, and the DFlash draft must match its target's hidden size anyway.
 constexpr u32 kEmbd = 64;
+// Dense FFN width and attention head size, also the same in every test model.
+constexpr u32 kFeedForward = 128;
+constexpr u32 kHeadDim = 64;
 
-void add_common(llama_model_saver & ms, llm_arch arch, const ModelSpec & spec, u32 n_ctx_train) {
+// The helpers below write keys in the order the recipes always wrote them: keys the
+// engine's saver does not write back are copied from this metadata in order, so the
+// order is part of the file's bytes.
+
+// Identity, context, hidden size, norm epsilon and depth: the same keys for every model.
+void add_common(llama_model_saver & ms, llm_arch arch, const ModelSpec & spec, u32 n_ctx_train, u32 n_layer) {
     ms.add_kv(LLM_KV_GENERAL_ARCHITECTURE, llm_arch_name(arch));
     ms.add_kv(LLM_KV_GENERAL_NAME, ("lucerna-test-" + spec.name).c_str());
     ms.add_kv(LLM_KV_CONTEXT_LENGTH, n_ctx_train);
     ms.add_kv(LLM_KV_EMBEDDING_LENGTH, kEmbd);
     ms.add_kv(LLM_KV_ATTENTION_LAYERNORM_RMS_EPS, 1e-6f);
+    ms.add_kv(LLM_KV_BLOCK_COUNT, n_layer);
+}
+
+// Attention heads (query and key/value counts) of kHeadDim each.
+void add_attention_heads(llama_model_saver & ms, u32 n_head, u32 n_head_kv) {
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, n_head);
+    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, n_head_kv);
+    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, kHeadDim);
+    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, kHeadDim);
+}
+
+// The routed-expert block of the MoE models. Both route 2 of 4 experts plus one
+// always-on shared expert (the smallest setup that still exercises routing); they
+// differ in the scoring function, the weight scale and whether the shared expert has
+// its own width.
+struct MoeKvs {
+    u32 n_ff_expert;
+    u32 n_ff_shared;  // 0: no key, the shared expert is as wide as a routed one
+    llama_expert_gating_func_type gating;
+    float weights_scale;
+};
+
+void add_moe(llama_model_saver & ms, const MoeKvs & moe) {
+    ms.add_kv(LLM_KV_EXPERT_FEED_FORWARD_LENGTH, moe.n_ff_expert);
+    if (moe.n_ff_shared != 0) {
+        ms.add_kv(LLM_KV_EXPERT_SHARED_FEED_FORWARD_LENGTH, moe.n_ff_shared);
+    }
+    ms.add_kv(LLM_KV_EXPERT_COUNT, u32(4));
+    ms.add_kv(LLM_KV_EXPERT_USED_COUNT, u32(2));
+    ms.add_kv(LLM_KV_EXPERT_SHARED_COUNT, u32(1));
+    ms.add_kv(LLM_KV_EXPERT_GATING_FUNC, u32(moe.gating));
+    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_NORM, true);
+    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_SCALE, moe.weights_scale);
 }
 
 // Qwen3.5: hybrid Gated DeltaNet (linear attention) + gated full attention every second
 // layer, M-RoPE sections, partial rotary. Shapes follow the real 0.8B..27B layouts
 // scaled down; the DeltaNet head size (32) is one the CUDA kernel instantiates.
 void qwen35_kvs(llama_model_saver & ms, const ModelSpec & spec) {
-    add_common(ms, LLM_ARCH_QWEN35, spec, 8192);
-    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(4));
-    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
-    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    add_common(ms, LLM_ARCH_QWEN35, spec, 8192, 4);
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+    add_attention_heads(ms, 4, 2);
     ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000000.0f);
     ms.add_kv(LLM_KV_ROPE_DIMENSION_COUNT, u32(16));
     ms.add_kv(LLM_KV_ROPE_DIMENSION_SECTIONS, std::vector<u32>{3, 3, 2, 0});
@@ -51,13 +88,9 @@ void qwen35_kvs(llama_model_saver & ms, const ModelSpec & spec) {
 // Qwen3 dense: plain GQA attention with q/k norms, tied embeddings like the small
 // Qwen3 checkpoints.
 void qwen3_kvs(llama_model_saver & ms, const ModelSpec & spec) {
-    add_common(ms, LLM_ARCH_QWEN3, spec, 8192);
-    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(2));
-    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
-    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    add_common(ms, LLM_ARCH_QWEN3, spec, 8192, 2);
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+    add_attention_heads(ms, 4, 2);
     ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 1000000.0f);
 }
 
@@ -65,22 +98,12 @@ void qwen3_kvs(llama_model_saver & ms, const ModelSpec & spec) {
 // always-on shared expert), per-head attention output gate, full attention on layer 0
 // and sliding-window attention after it (the XS.2 pattern).
 void laguna_kvs(llama_model_saver & ms, const ModelSpec & spec) {
-    add_common(ms, LLM_ARCH_LAGUNA, spec, 4096);
-    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(3));
+    add_common(ms, LLM_ARCH_LAGUNA, spec, 4096, 3);
     ms.add_kv(LLM_KV_LEADING_DENSE_BLOCK_COUNT, u32(1));
-    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
-    ms.add_kv(LLM_KV_EXPERT_FEED_FORWARD_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_EXPERT_SHARED_FEED_FORWARD_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_EXPERT_COUNT, u32(4));
-    ms.add_kv(LLM_KV_EXPERT_USED_COUNT, u32(2));
-    ms.add_kv(LLM_KV_EXPERT_SHARED_COUNT, u32(1));
-    ms.add_kv(LLM_KV_EXPERT_GATING_FUNC, u32(LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID));
-    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_NORM, true);
-    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_SCALE, 1.0f);
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
-    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+    add_moe(ms, {/*n_ff_expert =*/64, /*n_ff_shared =*/64, LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID,
+                 /*weights_scale =*/1.0f});
+    add_attention_heads(ms, 4, 2);
     ms.add_kv(LLM_KV_ATTENTION_SLIDING_WINDOW, u32(64));
     ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 500000.0f);
     ms.add_kv(LLM_KV_ROPE_DIMENSION_COUNT, u32(32));
@@ -91,31 +114,21 @@ void laguna_kvs(llama_model_saver & ms, const ModelSpec & spec) {
 // DeepSeek-V4: MQA with q LoRA, grouped low-rank output, hyper-connections, MoE with
 // sqrt-softplus scoring and a shared expert, compressed attention on later layers.
 void deepseek4_kvs(llama_model_saver & ms, const ModelSpec & spec) {
-    add_common(ms, LLM_ARCH_DEEPSEEK4, spec, 4096);
-    const u32 n_layer = 3;
-    ms.add_kv(LLM_KV_BLOCK_COUNT, n_layer);
-    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
-    ms.add_kv(LLM_KV_EXPERT_FEED_FORWARD_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_EXPERT_COUNT, u32(4));
-    ms.add_kv(LLM_KV_EXPERT_USED_COUNT, u32(2));
-    ms.add_kv(LLM_KV_EXPERT_SHARED_COUNT, u32(1));
-    ms.add_kv(LLM_KV_EXPERT_GATING_FUNC, u32(LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS));
-    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_NORM, true);
-    ms.add_kv(LLM_KV_EXPERT_WEIGHTS_SCALE, 1.5f);
+    add_common(ms, LLM_ARCH_DEEPSEEK4, spec, 4096, 3);
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+    add_moe(ms, {/*n_ff_expert =*/64, /*n_ff_shared =*/0, LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS,
+                 /*weights_scale =*/1.5f});
     ms.add_kv(LLM_KV_SWIGLU_CLAMP_EXP, 10.0f);
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(1));
-    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    add_attention_heads(ms, 4, 1);
     ms.add_kv(LLM_KV_ATTENTION_Q_LORA_RANK, u32(32));
     ms.add_kv(LLM_KV_ATTENTION_SLIDING_WINDOW, u32(128));
     ms.add_kv(LLM_KV_ATTENTION_OUTPUT_GROUP_COUNT, u32(2));
     ms.add_kv(LLM_KV_ATTENTION_OUTPUT_LORA_RANK, u32(16));
     ms.add_kv(LLM_KV_ATTENTION_COMPRESS_ROPE_FREQ_BASE, 160000.0f);
-    // One layer of each kind: sliding only (0), CSA with the lightning indexer (4) and
-    // HCA (128). The engine needs at least one ratio-4 layer (its indexer cache divides
-    // by the indexed head size otherwise) and an indexer key length that is a multiple
-    // of 64 (the Hadamard rotation size).
+    // One layer of each kind (three layers above): sliding only (0), CSA with the
+    // lightning indexer (4) and HCA (128). The engine needs at least one ratio-4 layer
+    // (its indexer cache divides by the indexed head size otherwise) and an indexer key
+    // length that is a multiple of 64 (the Hadamard rotation size).
     ms.add_kv(LLM_KV_ATTENTION_COMPRESS_RATIOS, std::vector<u32>{0, 4, 128});
     ms.add_kv(LLM_KV_ATTENTION_INDEXER_HEAD_COUNT, u32(2));
     ms.add_kv(LLM_KV_ATTENTION_INDEXER_KEY_LENGTH, u32(64));
@@ -132,13 +145,9 @@ void deepseek4_kvs(llama_model_saver & ms, const ModelSpec & spec) {
 // vocabulary, reads the target's hidden states at three of its four layers, and
 // shares the target's token embeddings and LM head (they are not in the file).
 void dflash_kvs(llama_model_saver & ms, const ModelSpec & spec) {
-    add_common(ms, LLM_ARCH_DFLASH, spec, 8192);
-    ms.add_kv(LLM_KV_BLOCK_COUNT, u32(1));
-    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(128));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(4));
-    ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(2));
-    ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(64));
-    ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(64));
+    add_common(ms, LLM_ARCH_DFLASH, spec, 8192, 1);
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+    add_attention_heads(ms, 4, 2);
     ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000000.0f);
     // Drafts for M-RoPE targets carry the degenerate sections [n_rot/2, 0, 0, 0].
     ms.add_kv(LLM_KV_ROPE_DIMENSION_SECTIONS, std::vector<u32>{32, 0, 0, 0});

@@ -11,21 +11,13 @@
 #include "llama-cpp.h"
 #include "llama-model-saver.h"
 #include "llama-model.h"
+#include "mkmodels/cpu_engine.h"
 #include "mkmodels/draft_check.h"
 #include "mkmodels/random_weights.h"
 #include "mkmodels/vocab_source.h"
 
 namespace lucerna::mkmodels {
 namespace {
-
-bool quiet_progress(float, void *) { return true; }
-
-llama_model_params cpu_model_params() {
-    llama_model_params params = llama_model_default_params();
-    params.n_gpu_layers = 0;
-    params.progress_callback = quiet_progress;
-    return params;
-}
 
 llama_model_ptr init_model(gguf_context * meta, uint64_t seed, bool no_alloc) {
     llama_model_params params = cpu_model_params();
@@ -142,26 +134,17 @@ VerifyResult verify_model(const ModelSpec & spec, const std::string & path, int 
         return result;
     }
 
-    llama_context_params cparams = llama_context_default_params();
-    cparams.n_ctx = 256;
-    cparams.n_batch = 256;
-    cparams.n_threads = 2;
-    cparams.n_threads_batch = 2;
-    const llama_context_ptr ctx(llama_init_from_model(model.get(), cparams));
+    const llama_context_ptr ctx(llama_init_from_model(model.get(), small_context_params()));
     if (!ctx) {
         result.note = "llama_init_from_model failed";
         return result;
     }
 
-    const std::string text = "Hello world, this is Lucerna.";
-    std::vector<llama_token> prompt(64);
-    const int n = llama_tokenize(vocab, text.c_str(), static_cast<int32_t>(text.size()), prompt.data(),
-                                 static_cast<int32_t>(prompt.size()), /*add_special =*/true, /*parse_special =*/false);
-    if (n <= 0) {
+    const std::vector<llama_token> prompt = tokenize_test_prompt(vocab);
+    if (prompt.empty()) {
         result.note = "tokenize failed";
         return result;
     }
-    prompt.resize(static_cast<size_t>(n));
     result.prompt.assign(prompt.begin(), prompt.end());
 
     std::vector<llama_token> pending = prompt;
@@ -171,8 +154,7 @@ VerifyResult verify_model(const ModelSpec & spec, const std::string & path, int 
             result.note = "llama_decode failed at step " + std::to_string(step);
             return result;
         }
-        const float * logits = llama_get_logits_ith(ctx.get(), -1);
-        const llama_token next = static_cast<llama_token>(std::max_element(logits, logits + result.n_vocab) - logits);
+        const llama_token next = argmax(llama_get_logits_ith(ctx.get(), -1), result.n_vocab);
         result.tokens.push_back(next);
         pending.assign(1, next);
     }
