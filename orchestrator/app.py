@@ -14,11 +14,23 @@ from orchestrator.api._http import error_response
 from orchestrator.api.openai_chat import chat_completions
 from orchestrator.errors import RequestError
 from orchestrator.models import ModelRegistry
-from orchestrator.supervisor import DaemonState
+from orchestrator.supervisor import DaemonState, Supervisor
 
 __all__ = ["build_app"]
 
 log = logging.getLogger("lucerna.http")
+
+
+def daemon_summary(supervisor: Supervisor) -> dict[str, object]:
+    return {
+        "state": supervisor.state.value,
+        "pid": supervisor.pid,
+        "detail": supervisor.detail,
+        "restarts": supervisor.restarts,
+        "crashes": supervisor.crashes,
+        "failed_loads": supervisor.failed_loads,
+        "last_exit": supervisor.last_exit,
+    }
 
 
 def build_app(registry: ModelRegistry) -> Starlette:
@@ -42,18 +54,11 @@ def build_app(registry: ModelRegistry) -> Starlette:
         })
 
     async def health(request: Request) -> Response:
-        states = {
-            model.name: {
-                "state": model.supervisor.state.value,
-                "pid": model.supervisor.pid,
-                "detail": model.supervisor.detail,
-            }
-            for model in registry
-        }
+        states = {model.name: daemon_summary(model.supervisor) for model in registry}
         all_states = {model.supervisor.state for model in registry}
         if all_states == {DaemonState.READY}:
             status, code = "ok", 200
-        elif DaemonState.STARTING in all_states and len(all_states) == 1:
+        elif all_states <= {DaemonState.STARTING, DaemonState.READY}:
             status, code = "loading", 503
         else:
             status, code = "unavailable", 503

@@ -28,6 +28,7 @@ from daemons.roles import ROLES, DaemonLaunch, role_named, target_role_for
 from orchestrator.errors import OrchestratorError
 from orchestrator.models import ServedModel
 from orchestrator.server import ServerOptions, run_server
+from orchestrator.supervisor import RestartPolicy
 
 __all__ = ["main"]
 
@@ -66,7 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     launch = DaemonLaunch(role=role, executable=native.binary(role.name), model=model_path,
                           n_ctx=args.n_ctx, threads=args.threads,
                           n_gpu_layers=args.n_gpu_layers)
-    model = ServedModel(name=name, info=info, launch=launch)
+    model = ServedModel(
+        name=name, info=info, launch=launch, queue_limit=args.queue_limit,
+        restart_policy=RestartPolicy(max_failures=args.restart_max_failures),
+    )
     options = ServerOptions(host=args.host, port=args.port,
                             shutdown_timeout=args.shutdown_timeout)
     progress(f"serving {name} ({info.architecture}, {model_path}) on "
@@ -124,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--n-gpu-layers", type=int, help="layers to offload (GPU builds)")
     serve.add_argument("--shutdown-timeout", type=float, default=30.0,
                        help="seconds to drain in-flight requests on SIGTERM")
+    serve.add_argument("--queue-limit", type=int, default=16,
+                       help="requests that may wait per model before new ones get 503")
+    serve.add_argument("--restart-max-failures", type=int, default=5,
+                       help="consecutive daemon failures after which the server exits non-zero")
     serve.set_defaults(func=cmd_serve)
 
     test = sub.add_parser("test", help="set up, then run ruff, mypy and pytest")

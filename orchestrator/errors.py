@@ -4,12 +4,15 @@ Hierarchy::
 
     OrchestratorError
     ├── ConfigError                   bad configuration or command line; names the key and fix
+    ├── DaemonUnrecoverableError      a model's daemon failed too often in a row; the server exits
     └── RequestError                  a request cannot be served; has an HTTP status and type
         ├── BadRequestError           400 invalid_request_error (malformed JSON, bad fields)
         │   ├── ChatTemplateError     400: the model's template refused or failed on the messages
         │   └── ContextLengthError    400 code=context_length_exceeded
         ├── ModelNotFoundError        404 model_not_found
-        └── ServiceUnavailableError   503: the model's daemon is not running (starting, died)
+        ├── ServiceUnavailableError   503: the model's daemon is not running (starting, died)
+        │   └── QueueFullError        503: too many requests already wait for this model
+        └── ClientGoneError           499: the client disconnected; nothing is sent back
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from typing import Any
 
 __all__ = [
     "BadRequestError",
+    "ClientGoneError",
+    "DaemonUnrecoverableError",
+    "QueueFullError",
     "ChatTemplateError",
     "ConfigError",
     "ContextLengthError",
@@ -34,6 +40,10 @@ class OrchestratorError(Exception):
 
 class ConfigError(OrchestratorError):
     """The configuration or command line is invalid."""
+
+
+class DaemonUnrecoverableError(OrchestratorError):
+    """A daemon could not be brought back; the server stops with a non-zero exit."""
 
 
 class RequestError(OrchestratorError):
@@ -80,3 +90,18 @@ class ServiceUnavailableError(RequestError):
     status = 503
     error_type = "service_unavailable"
     code = "daemon_unavailable"
+
+
+class QueueFullError(ServiceUnavailableError):
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ClientGoneError(RequestError):
+    """The client went away; what would be sent back goes nowhere (nginx's 499)."""
+
+    status = 499
+    error_type = "client_closed_request"

@@ -1,38 +1,57 @@
 """The one generation core every API dialect shares.
 
-A dialect turns its request into a ``GenerationRequest`` and its events back into
-its wire shape; everything between (prompt tokenization, context checks, the
-daemon's ``generate``, detokenization, stop strings, usage) happens here once.
+A dialect turns its request into a ``GenerationRequest`` and the events of
+``generate_events`` back into its wire shape; everything between (the model's
+queue, disconnect watching, prompt tokenization, context checks, the daemon's
+``generate``, detokenization, stop strings, tool-call extraction, usage, and
+recovery from a daemon crash) happens here once.
+
+Recovery: when the daemon dies mid-request the supervisor restarts it; the request
+then continues on the new daemon by prefilling the prompt plus every token it had
+already generated, and carries on from there. The client sees one uninterrupted
+stream (under greedy decoding, the same tokens an uninterrupted run gives). A
+request whose daemon had produced nothing yet is simply retried. Each request
+recovers at most ``MAX_RECOVERIES`` times, so a request that itself kills its
+daemon cannot crash-loop it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import Response
 
 from daemons.errors import DaemonDiedError, DaemonReplyError
+from orchestrator.api._http import EventStreamResponse
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
 from orchestrator.models import ServedModel
+from orchestrator.scheduler import watch_disconnect
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
 from protocol import SamplingParams
 
 __all__ = [
+    "MAX_RECOVERIES",
+    "Event",
     "Finished",
     "GenerationRequest",
+    "OutputParser",
     "TextDelta",
+    "ToolCall",
     "completion_budget",
-    "generate_text",
+    "generate_events",
     "prompt_ids",
+    "run_generation",
 ]
 
+log = logging.getLogger("lucerna.generation")
 
-@dataclass(frozen=True)
-class GenerationRequest:
-    prompt: list[int]
-    max_tokens: int | None
-    sampling: SamplingParams | None = None
-    stop_strings: tuple[str, ...] = ()
+MAX_RECOVERIES = 1
+RESTART_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -41,24 +60,58 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # a JSON object, as text
+
+
+@dataclass(frozen=True)
 class Finished:
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "tool_calls"
     prompt_tokens: int
     completion_tokens: int
     prefill_ms: float
     decode_ms: float
+    recoveries: int = 0
+
+
+Event = TextDelta | ToolCall | Finished
+
+
+class OutputParser(Protocol):
+    """Turns the visible text of a generation into text and tool calls."""
+
+    def feed(self, text: str) -> list[TextDelta | ToolCall]: ...
+
+    def finish(self) -> list[TextDelta | ToolCall]: ...
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: list[int]
+    max_tokens: int | None
+    sampling: SamplingParams | None = None
+    stop_strings: tuple[str, ...] = ()
+    grammar: str | None = None  # GBNF that constrains every sampled token
+    parser_factory: Callable[[], OutputParser] | None = field(default=None, compare=False)
 
 
 async def prompt_ids(
-    model: ServedModel, messages: Sequence[Mapping[str, Any]],
+    model: ServedModel,
+    messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[int]:
     """Render the chat template and tokenize the result on the model's daemon."""
-    client, _, template = model.ready_parts()
+    _, _, template = model.ready_parts()
     text = template.render(messages, add_generation_prompt=True, tools=tools)
-    bos_text = template.bos_token
+    return await tokenize_text(model, text, template_bos=template.bos_token)
+
+
+async def tokenize_text(model: ServedModel, text: str, *, template_bos: str = "") -> list[int]:
+    client = model.supervisor.ready_client()
     # A template that writes the BOS text itself must not get a second BOS.
-    add_bos = None if not (bos_text and text.startswith(bos_text)) else False
+    add_bos = False if template_bos and text.startswith(template_bos) else None
     try:
         return await client.tokenize(text, special=True, add_bos=add_bos)
     except DaemonDiedError as exc:
@@ -78,50 +131,115 @@ def completion_budget(model: ServedModel, request: GenerationRequest) -> int:
             param="messages",
         )
     room = n_ctx - n_prompt
+    limit = model.max_output_tokens
+    wanted = request.max_tokens if request.max_tokens is not None else room
     # Like llama-server, a max_tokens beyond the context is clamped to what fits
     # rather than refused; finish_reason "length" tells the client it was cut.
-    return room if request.max_tokens is None else min(request.max_tokens, room)
+    return max(1, min(wanted, room, limit) if limit else min(wanted, room))
 
 
-async def generate_text(
+async def generate_events(
     model: ServedModel, request: GenerationRequest
-) -> AsyncGenerator[TextDelta | Finished, None]:
-    """Run one generation, yielding text as it becomes safe to show, then ``Finished``.
+) -> AsyncGenerator[Event, None]:
+    """Run one generation, yielding text and tool calls as they become safe to show.
 
-    Consume it with ``contextlib.aclosing`` so leaving early (client gone, error)
-    stops the daemon's generation at once.
+    Consume it with ``contextlib.aclosing``: leaving early (client gone, error)
+    then stops the daemon's generation at once.
     """
-    client, pieces, template = model.ready_parts()
     n_gen = completion_budget(model, request)
+    _, pieces, template = model.ready_parts()
     detokenizer = IncrementalDetokenizer(pieces)
     stops = StopStringMatcher((*request.stop_strings, *template.stop_strings))
-    completion_tokens = 0
-    try:
-        async with client.generate(request.prompt, n_gen, sampling=request.sampling) as stream:
-            async for token in stream:
-                completion_tokens += 1
-                text = stops.feed(detokenizer.feed(token))
-                if text:
-                    yield TextDelta(text)
-                if stops.stopped:
-                    break
+    parser = request.parser_factory() if request.parser_factory else None
+    generated: list[int] = []
+    recoveries = 0
+    summary = None
+    saw_tool_call = False
+
+    def visible(text: str) -> list[TextDelta | ToolCall]:
+        if not text:
+            return []
+        return parser.feed(text) if parser else [TextDelta(text)]
+
+    while True:
+        try:
+            client = await model.supervisor.wait_ready(RESTART_WAIT_S)
+            async with client.generate(
+                request.prompt + generated, n_gen - len(generated), sampling=request.sampling,
+                grammar=request.grammar,
+            ) as stream:
+                async for token in stream:
+                    generated.append(token)
+                    for event in visible(stops.feed(detokenizer.feed(token))):
+                        saw_tool_call |= isinstance(event, ToolCall)
+                        yield event
+                    if stops.stopped:
+                        break
             summary = stream.summary
-    except DaemonDiedError as exc:
-        raise ServiceUnavailableError(
-            f"model {model.name!r} became unavailable during generation: {exc}") from exc
-    except DaemonReplyError as exc:
-        if exc.code == "context_overflow":
-            raise ContextLengthError(exc.detail, param="messages") from exc
-        raise
-    if not stops.stopped:
-        tail = stops.feed(detokenizer.flush()) + stops.flush()
-        if tail:
-            yield TextDelta(tail)
+            break
+        except DaemonDiedError as exc:
+            if recoveries >= MAX_RECOVERIES:
+                raise ServiceUnavailableError(
+                    f"model {model.name!r} became unavailable during generation: {exc}"
+                ) from exc
+            recoveries += 1
+            log.warning("model %s: daemon died mid-request after %d generated tokens; %s on "
+                        "the restarted daemon", model.name, len(generated),
+                        "resuming" if generated else "retrying")
+        except DaemonReplyError as exc:
+            if exc.code == "context_overflow":
+                raise ContextLengthError(exc.detail, param="messages") from exc
+            raise
+    tail = "" if stops.stopped else stops.feed(detokenizer.flush()) + stops.flush()
+    for event in [*visible(tail), *(parser.finish() if parser else [])]:
+        saw_tool_call |= isinstance(event, ToolCall)
+        yield event
     natural_end = summary is not None and summary.finish in ("eog", "stop")
+    if saw_tool_call:
+        finish_reason = "tool_calls"
+    elif stops.stopped or natural_end:
+        finish_reason = "stop"
+    else:
+        finish_reason = "length"
     yield Finished(
-        finish_reason="stop" if stops.stopped or natural_end else "length",
+        finish_reason=finish_reason,
         prompt_tokens=len(request.prompt),
-        completion_tokens=completion_tokens,
+        completion_tokens=len(generated),
         prefill_ms=summary.prefill_ms if summary else 0.0,
         decode_ms=summary.decode_ms if summary else 0.0,
+        recoveries=recoveries,
     )
+
+
+async def run_generation(
+    request: Request,
+    model: ServedModel,
+    build: Callable[[], Awaitable[GenerationRequest]],
+    *,
+    stream: bool,
+    to_sse: Callable[[GenerationRequest, AsyncIterator[Event]], AsyncIterator[bytes]],
+    to_response: Callable[[GenerationRequest, list[Event]], Response],
+) -> Response:
+    """Serve one generation in the model's queue, streaming or not.
+
+    ``build`` runs once this request's turn has come (it may tokenize on the
+    daemon); errors it raises reach the client as plain HTTP errors, before any
+    SSE header. ``to_sse`` must consume its events inside ``aclosing``.
+    """
+    ticket = model.queue.admit(model.name)
+    handed_over = False
+    try:
+        async with watch_disconnect(request.receive):
+            await ticket.wait_turn()
+            generation = await build()
+            completion_budget(model, generation)
+            if not stream:
+                async with aclosing(generate_events(model, generation)) as events:
+                    collected = [event async for event in events]
+                return to_response(generation, collected)
+        handed_over = True
+        return EventStreamResponse(to_sse(generation, generate_events(model, generation)),
+                                   on_close=ticket.release)
+    finally:
+        if not handed_over:
+            ticket.release()

@@ -16,7 +16,8 @@ from daemons.gguf_info import GGUFInfo
 from daemons.roles import DaemonLaunch
 from orchestrator.chat_template import ChatTemplate
 from orchestrator.errors import ModelNotFoundError, ServiceUnavailableError
-from orchestrator.supervisor import Supervisor
+from orchestrator.scheduler import RequestQueue
+from orchestrator.supervisor import RestartPolicy, Supervisor
 from protocol import PieceTable
 
 __all__ = ["ModelRegistry", "ServedModel"]
@@ -27,13 +28,20 @@ class ServedModel:
     name: str
     info: GGUFInfo
     launch: DaemonLaunch
+    queue_limit: int = 16
+    # Server-side cap on output tokens per request; None means "what the context allows".
+    max_output_tokens: int | None = None
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     created: int = field(default_factory=lambda: int(time.time()))
     pieces: PieceTable | None = None
     template: ChatTemplate | None = None
     supervisor: Supervisor = field(init=False)
+    queue: RequestQueue = field(init=False)
 
     def __post_init__(self) -> None:
-        self.supervisor = Supervisor(self.name, self.launch, on_ready=self._on_ready)
+        self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
+                                     on_ready=self._on_ready)
+        self.queue = RequestQueue(self.queue_limit)
 
     async def _on_ready(self, client: DaemonClient) -> None:
         pieces = await client.piece_table()

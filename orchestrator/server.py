@@ -13,6 +13,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from orchestrator.app import build_app
+from orchestrator.errors import DaemonUnrecoverableError
 from orchestrator.models import ModelRegistry, ServedModel
 
 __all__ = ["ServerOptions", "run_server", "wait_for_signal"]
@@ -49,6 +50,20 @@ async def run_server(
     config.graceful_timeout = options.shutdown_timeout
     config.accesslog = logging.getLogger("lucerna.access")
     config.errorlog = logging.getLogger("lucerna.http")
+    try:
+        await _serve(registry, config, shutdown_trigger, task_status)
+    except* DaemonUnrecoverableError as group:
+        # One model's daemon cannot be brought back: stop serving and say which, so
+        # the process exits non-zero and systemd's Restart= can take over.
+        raise group.exceptions[0] from None
+
+
+async def _serve(
+    registry: ModelRegistry,
+    config: HypercornConfig,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
     async with trio.open_nursery() as nursery:
         for model in registry:
             nursery.start_soon(model.supervisor.run)

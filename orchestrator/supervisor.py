@@ -1,16 +1,20 @@
-"""Supervision of one daemon: start it, know its state, notice its death.
+"""Supervision of one daemon: start it, restart it when it dies, say why.
 
-A ``Supervisor`` runs as a task in the server's nursery. It owns the daemon
-through ``open_daemon`` and records what happened to it, so /health, logs and
-requests all see the same truth. It tells three endings apart:
+A ``Supervisor`` runs as a task in the server's nursery and owns one daemon
+through ``open_daemon``. Logs, /health, /status and /metrics all read the same
+record, which tells three endings apart:
 
-- ``failed``: the daemon never became ready (bad model, load failure);
-- ``died``: it was ready and then exited on its own or was killed by a signal;
-- ``stopped``: we stopped it (server shutdown).
+- a crash: the daemon was ready, then exited on its own or was killed by a signal.
+  It is restarted at once the first time, then with exponential backoff (capped);
+  a daemon that stayed up for ``healthy_after_s`` earns its backoff back.
+- a failed load: it never became ready (bad model, out of memory). Retried with the
+  same backoff, since out-of-memory can pass when another process exits.
+- an intentional stop: we stopped it (shutdown); never restarted.
 
-Restarting a dead daemon is deliberately not done here yet: the restart policy
-(backoff, retry and resume of in-flight requests) is its own piece of work. Until
-then a dead daemon stays dead, visibly, and requests get a clean 503.
+After ``max_failures`` consecutive failures without a healthy run in between the
+supervisor gives up: its state becomes ``failed`` and ``run`` raises
+``DaemonUnrecoverableError``, which makes the server exit non-zero so systemd's
+``Restart=`` can take over.
 """
 
 from __future__ import annotations
@@ -19,15 +23,16 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
 from daemons.client import DaemonClient, describe_exit, open_daemon
-from daemons.errors import DaemonError
+from daemons.errors import DaemonError, DaemonStartError
 from daemons.roles import DaemonLaunch
-from orchestrator.errors import ServiceUnavailableError
+from orchestrator.errors import DaemonUnrecoverableError, ServiceUnavailableError
 
-__all__ = ["DaemonState", "Supervisor"]
+__all__ = ["DaemonState", "RestartPolicy", "Supervisor"]
 
 log = logging.getLogger("lucerna.supervisor")
 
@@ -35,64 +40,140 @@ log = logging.getLogger("lucerna.supervisor")
 class DaemonState(enum.Enum):
     STARTING = "starting"
     READY = "ready"
-    FAILED = "failed"
-    DIED = "died"
+    RESTARTING = "restarting"  # it crashed or failed to load; waiting out the backoff
+    FAILED = "failed"  # gave up: too many failures in a row
     STOPPED = "stopped"
 
 
+@dataclass(frozen=True)
+class RestartPolicy:
+    first_delay_s: float = 0.0  # the first restart is immediate: resumed requests wait on it
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    max_failures: int = 5
+    healthy_after_s: float = 60.0
+
+    def delay(self, failures: int) -> float:
+        """Backoff before restart number ``failures`` (1-based) of a failure streak."""
+        if failures <= 1:
+            return self.first_delay_s
+        return float(min(self.max_delay_s, self.base_delay_s * 2 ** (failures - 2)))
+
+
 class Supervisor:
-    def __init__(self, name: str, launch: DaemonLaunch,
-                 on_ready: Callable[[DaemonClient], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        launch: DaemonLaunch,
+        *,
+        policy: RestartPolicy | None = None,
+        on_ready: Callable[[DaemonClient], Awaitable[None]] | None = None,
+    ) -> None:
         self.name = name
         self.launch = launch
+        self.policy = policy or RestartPolicy()
         self.state = DaemonState.STARTING
         self.client: DaemonClient | None = None
         self.detail = "starting"
         self.pid: int | None = None
         self.started_at: float | None = None
-        self.state_changed = trio.Event()
+        self.starts = 0
+        self.crashes = 0
+        self.failed_loads = 0
+        self.last_exit: str | None = None
+        self._streak = 0
+        self._changed = trio.Event()
         self._on_ready = on_ready
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self.starts - 1)
 
     def _set(self, state: DaemonState, detail: str) -> None:
         self.state = state
         self.detail = detail
-        self.state_changed.set()
-        self.state_changed = trio.Event()
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start the daemon and hold it until it dies or we are cancelled."""
+        """Keep the daemon running until cancelled; raise once it cannot be brought back."""
         task_status.started()
         try:
+            while True:
+                await self._run_once()
+                if self._streak >= self.policy.max_failures:
+                    message = (f"gave up after {self._streak} failures in a row; "
+                               f"last: {self.last_exit}")
+                    log.critical("model %s: %s", self.name, message)
+                    self._set(DaemonState.FAILED, message)
+                    raise DaemonUnrecoverableError(f"model {self.name!r}: {message}")
+                delay = self.policy.delay(self._streak)
+                log.warning("model %s: restarting its daemon in %.1f s (failure %d of at most "
+                            "%d in a row)", self.name, delay, self._streak,
+                            self.policy.max_failures)
+                self._set(DaemonState.RESTARTING, f"restart in {delay:.1f} s after: "
+                          f"{self.last_exit}")
+                await trio.sleep(delay)
+        finally:
+            self.client = None
+            if self.state is not DaemonState.FAILED:
+                self._set(DaemonState.STOPPED, "stopped")
+
+    async def _run_once(self) -> None:
+        self.starts += 1
+        if self.starts > 1:
+            self._set(DaemonState.STARTING, f"restart {self.starts - 1}")
+        try:
             async with open_daemon(self.launch) as client:
-                self.client = client
-                self.pid = client.pid
-                self.started_at = time.time()
                 if self._on_ready is not None:
                     await self._on_ready(client)
+                self.client = client
+                self.pid = client.pid
+                self.started_at = time.monotonic()
                 self._set(DaemonState.READY, f"pid {client.pid}")
+                if self.starts > 1:
+                    log.warning("model %s: daemon restarted (restart %d), pid %d", self.name,
+                                self.restarts, client.pid)
                 await client.exited.wait()
                 # Reached only when the daemon exited without being asked to.
                 self.client = None
-                message = f"daemon pid {client.pid} {describe_exit(client.returncode)}"
+                up_s = time.monotonic() - self.started_at
+                if up_s >= self.policy.healthy_after_s:
+                    self._streak = 0
+                self._streak += 1
+                self.crashes += 1
+                self.last_exit = f"daemon pid {client.pid} {describe_exit(client.returncode)}"
                 tail = list(client.stderr_tail)[-3:]
                 if tail:
-                    message += f"; last stderr: {' | '.join(tail)}"
-                log.error("model %s: %s", self.name, message)
-                self._set(DaemonState.DIED, message)
-        except DaemonError as exc:
+                    self.last_exit += f"; last stderr: {' | '.join(tail)}"
+                log.error("model %s: crash: %s after %.1f s up", self.name, self.last_exit,
+                          up_s)
+        except DaemonStartError as exc:
             self.client = None
-            log.error("model %s: daemon failed to start: %s", self.name, exc)
-            self._set(DaemonState.FAILED, str(exc))
-        finally:
-            if self.state in (DaemonState.READY, DaemonState.STARTING):
-                self.client = None
-                self._set(DaemonState.STOPPED, "stopped")
+            self._streak += 1
+            self.failed_loads += 1
+            self.last_exit = f"failed to load: {exc}"
+            log.error("model %s: daemon failed to load: %s", self.name, exc)
+        except DaemonError as exc:
+            # Died while we were still talking to it during on_ready.
+            self.client = None
+            self._streak += 1
+            self.crashes += 1
+            self.last_exit = str(exc)
+            log.error("model %s: daemon died while starting: %s", self.name, exc)
 
-    async def wait_ready(self) -> None:
-        while self.state is DaemonState.STARTING:
-            await self.state_changed.wait()
-        if self.state is not DaemonState.READY:
-            raise ServiceUnavailableError(self.unavailable_message())
+    async def wait_ready(self, timeout_s: float | None = None) -> DaemonClient:
+        """The ready daemon, waiting through a start or restart; 503 if it won't come."""
+        with trio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
+            while True:
+                client = self.client
+                if (self.state is DaemonState.READY and client is not None
+                        and not client.exited.is_set()):
+                    return client
+                if self.state in (DaemonState.FAILED, DaemonState.STOPPED):
+                    break
+                await self._changed.wait()
+        raise ServiceUnavailableError(self.unavailable_message())
 
     def unavailable_message(self) -> str:
         return f"model {self.name!r} is not available: daemon {self.state.value} ({self.detail})"

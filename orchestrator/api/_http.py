@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from orchestrator.errors import BadRequestError, RequestError
 
@@ -47,7 +47,8 @@ async def read_json_body(request: Request) -> dict[str, Any]:
 
 
 def error_response(error: RequestError) -> JSONResponse:
-    headers = {"Retry-After": "1"} if error.status == 503 else None
+    retry_after = getattr(error, "retry_after_s", 1)
+    headers = {"Retry-After": str(retry_after)} if error.status == 503 else None
     return JSONResponse(error.openai_body(), status_code=error.status, headers=headers)
 
 
@@ -70,12 +71,23 @@ class EventStreamResponse(StreamingResponse):
     the garbage collector gets to them.
     """
 
-    def __init__(self, events: AsyncIterator[bytes]) -> None:
+    def __init__(self, events: AsyncIterator[bytes],
+                 on_close: Callable[[], None] | None = None) -> None:
         super().__init__(
             events,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # on_close runs whether the body ran to the end, the client left, or the body
+        # never started at all (a disconnect can win before the first iteration).
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
     async def stream_response(self, send: Send) -> None:
         iterator = self.body_iterator

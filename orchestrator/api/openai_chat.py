@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -20,17 +20,17 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from orchestrator.api._http import EventStreamResponse, read_json_body, sse
+from orchestrator.api._http import read_json_body, sse
 from orchestrator.errors import BadRequestError, RequestError
 from orchestrator.generation import (
+    Event,
     Finished,
     GenerationRequest,
     TextDelta,
-    completion_budget,
-    generate_text,
     prompt_ids,
+    run_generation,
 )
-from orchestrator.models import ModelRegistry, ServedModel
+from orchestrator.models import ModelRegistry
 from protocol import SamplingParams
 
 __all__ = ["ChatRequest", "chat_completions", "parse_chat_request"]
@@ -173,78 +173,70 @@ def _usage(finished: Finished) -> dict[str, int]:
 async def chat_completions(request: Request, registry: ModelRegistry) -> Response:
     chat = parse_chat_request(await read_json_body(request))
     model = registry.get(chat.model)
-    await model.supervisor.wait_ready()
-    prompt = await prompt_ids(model, chat.messages)
-    generation = GenerationRequest(prompt, chat.max_tokens, chat.sampling, chat.stop)
-    completion_budget(model, generation)  # context errors are a 400 before any SSE header
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
-    if chat.stream:
-        return EventStreamResponse(
-            _chat_events(model, generation, chat, completion_id, created))
-    text: list[str] = []
-    finished: Finished | None = None
-    async with aclosing(generate_text(model, generation)) as events:
-        async for event in events:
-            if isinstance(event, TextDelta):
-                text.append(event.text)
-            else:
-                finished = event
-    assert finished is not None
-    return JSONResponse({
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model.name,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": "".join(text)},
-            "logprobs": None,
-            "finish_reason": finished.finish_reason,
-        }],
-        "usage": _usage(finished),
-    })
 
+    async def build() -> GenerationRequest:
+        prompt = await prompt_ids(model, chat.messages)
+        return GenerationRequest(prompt, chat.max_tokens, chat.sampling, chat.stop)
 
-async def _chat_events(
-    model: ServedModel, generation: GenerationRequest, chat: ChatRequest,
-    completion_id: str, created: int,
-) -> AsyncGenerator[bytes, None]:
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        finished = next(e for e in events if isinstance(e, Finished))
+        return JSONResponse({
             "id": completion_id,
-            "object": "chat.completion.chunk",
+            "object": "chat.completion",
             "created": created,
             "model": model.name,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                         "finish_reason": finish_reason}],
-        }
-        if chat.include_usage:
-            body["usage"] = None
-        return body
-
-    yield sse(chunk({"role": "assistant", "content": ""}))
-    finished: Finished | None = None
-    try:
-        async with aclosing(generate_text(model, generation)) as events:
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    yield sse(chunk({"content": event.text}))
-                else:
-                    finished = event
-    except RequestError as exc:
-        yield sse(exc.openai_body())
-        yield sse("[DONE]")
-        return
-    assert finished is not None
-    yield sse(chunk({}, finished.finish_reason))
-    if chat.include_usage:
-        yield sse({
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model.name,
-            "choices": [],
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finished.finish_reason,
+            }],
             "usage": _usage(finished),
         })
-    yield sse("[DONE]")
+
+    async def to_sse(generation: GenerationRequest,
+                     events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            body: dict[str, Any] = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model.name,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                             "finish_reason": finish_reason}],
+            }
+            if chat.include_usage:
+                body["usage"] = None
+            return body
+
+        yield sse(chunk({"role": "assistant", "content": ""}))
+        finished: Finished | None = None
+        try:
+            async with aclosing(events):  # type: ignore[type-var]
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        yield sse(chunk({"content": event.text}))
+                    elif isinstance(event, Finished):
+                        finished = event
+        except RequestError as exc:
+            yield sse(exc.openai_body())
+            yield sse("[DONE]")
+            return
+        assert finished is not None
+        yield sse(chunk({}, finished.finish_reason))
+        if chat.include_usage:
+            yield sse({
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model.name,
+                "choices": [],
+                "usage": _usage(finished),
+            })
+        yield sse("[DONE]")
+
+    return await run_generation(request, model, build, stream=chat.stream, to_sse=to_sse,
+                                to_response=to_response)

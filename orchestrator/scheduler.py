@@ -1,0 +1,115 @@
+"""Admission to a model's daemon: one generation at a time, FIFO, bounded.
+
+Each model has one ``RequestQueue``. A request takes a ``Ticket`` before anything
+is sent to the client: past the bound it is refused at once (503 with
+Retry-After, before any SSE header); otherwise it waits its turn in arrival order.
+The turn covers the whole request (tokenize, generate, detokenize), so the daemon
+never interleaves two requests. A ticket's turn can end in another task than the
+one that waited for it (the SSE body runs in its own task), which is why this is a
+semaphore and not a lock: trio's ``Semaphore`` wakes waiters in FIFO order and has
+no owner.
+
+``watch_disconnect`` cancels the request's work when the client goes away while
+it waits or while a non-streaming generation runs; streaming responses are watched
+by the response itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+from starlette.types import Receive
+
+from orchestrator.errors import ClientGoneError, QueueFullError
+
+__all__ = ["RequestQueue", "Ticket", "watch_disconnect"]
+
+
+class Ticket:
+    """One request's place in a model's queue. ``release`` is idempotent."""
+
+    def __init__(self, queue: RequestQueue) -> None:
+        self._queue = queue
+        self._state = "waiting"  # -> "running" -> "done"; or "waiting" -> "done"
+
+    async def wait_turn(self) -> None:
+        try:
+            await self._queue._turns.acquire()
+        except BaseException:
+            self._leave()
+            raise
+        self._queue.waiting -= 1
+        self._queue.running += 1
+        self._state = "running"
+
+    def _leave(self) -> None:
+        if self._state == "waiting":
+            self._queue.waiting -= 1
+            self._state = "done"
+
+    def release(self) -> None:
+        if self._state == "running":
+            self._queue.running -= 1
+            self._queue._turns.release()
+        self._leave()
+        self._state = "done"
+
+
+class RequestQueue:
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError("queue limit must be >= 0")
+        self.limit = limit
+        self.waiting = 0
+        self.running = 0
+        self.refused = 0
+        self._turns = trio.Semaphore(1)
+
+    def admit(self, model: str) -> Ticket:
+        """A ticket for the next turn, or ``QueueFullError`` when the queue is full."""
+        busy = self.running > 0 or self.waiting > 0
+        if busy and self.waiting >= self.limit:
+            self.refused += 1
+            raise QueueFullError(
+                f"model {model!r} is busy: {self.waiting} requests are already waiting "
+                f"(limit {self.limit}); retry shortly"
+            )
+        self.waiting += 1
+        return Ticket(self)
+
+
+@asynccontextmanager
+async def watch_disconnect(receive: Receive) -> AsyncIterator[None]:
+    """Run the block; if the client disconnects meanwhile, cancel it and raise ClientGoneError.
+
+    Only for use after the request body has been read in full: from then on the
+    only message ASGI can deliver is ``http.disconnect``.
+    """
+    gone = False
+    failure: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+
+        async def listen() -> None:
+            nonlocal gone
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone = True
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(listen)
+        # The block's own exceptions are re-raised after the nursery, unwrapped; a
+        # Cancelled that came from our cancel (the client left) becomes ClientGoneError.
+        try:
+            yield
+        except BaseException as exc:
+            failure = exc
+        finally:
+            nursery.cancel_scope.cancel()
+    if gone:
+        raise ClientGoneError("the client disconnected")
+    if failure is not None:
+        raise failure
