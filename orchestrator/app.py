@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from daemons.errors import DaemonsError
-from orchestrator.api._http import error_response
-from orchestrator.api.openai_chat import chat_completions
+from orchestrator.api import anthropic_messages, openai_chat, openai_completions, openai_responses
+from orchestrator.api._dialect import (
+    OPENAI_ERRORS,
+    DialectRoute,
+    ErrorShape,
+    as_request_error,
+    errors_for,
+)
+from orchestrator.config import ServerSettings
 from orchestrator.errors import RequestError
+from orchestrator.metrics import Metrics, MetricsMiddleware
 from orchestrator.models import ModelRegistry
+from orchestrator.security import APIKeyMiddleware
 from orchestrator.supervisor import DaemonState, Supervisor
 
 __all__ = ["build_app"]
@@ -33,9 +45,17 @@ def daemon_summary(supervisor: Supervisor) -> dict[str, object]:
     }
 
 
-def build_app(registry: ModelRegistry) -> Starlette:
-    async def chat(request: Request) -> Response:
-        return await chat_completions(request, registry)
+def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -> Starlette:
+    """The app for ``registry``; ``settings`` supplies keys, CORS and the body limit."""
+    settings = settings or ServerSettings()
+    metrics = Metrics(registry)
+
+    def dialect(path: str, endpoint: Callable[[Request, ModelRegistry], Awaitable[Response]],
+                errors: ErrorShape = OPENAI_ERRORS) -> DialectRoute:
+        async def serve(request: Request) -> Response:
+            return await endpoint(request, registry)
+
+        return DialectRoute(path, serve, errors=errors, methods=["POST"])
 
     async def models(request: Request) -> Response:
         return JSONResponse({
@@ -64,20 +84,41 @@ def build_app(registry: ModelRegistry) -> Starlette:
             status, code = "unavailable", 503
         return JSONResponse({"status": status, "models": states}, status_code=code)
 
-    async def on_request_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestError)
-        return error_response(exc)
+    async def on_error(request: Request, exc: Exception) -> Response:
+        # Each dialect's routes declare its error shape (api/_dialect.py).
+        assert isinstance(exc, RequestError | DaemonsError)
+        return errors_for(request.scope).response(as_request_error(exc))
 
-    async def on_daemon_error(request: Request, exc: Exception) -> Response:
-        log.error("request %s %s failed in a daemon: %s", request.method, request.url.path, exc)
-        error = RequestError(f"the model's daemon failed: {exc}")
-        return error_response(error)
+    anthropic = anthropic_messages.ANTHROPIC_ERRORS
 
-    return Starlette(
+    app = Starlette(
         routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
+            dialect("/v1/chat/completions", openai_chat.chat_completions),
+            dialect("/v1/completions", openai_completions.completions),
+            dialect("/v1/responses", openai_responses.responses),
+            dialect("/v1/messages", anthropic_messages.messages, anthropic),
+            dialect("/v1/messages/count_tokens", anthropic_messages.count_tokens, anthropic),
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            *metrics.routes(),
         ],
-        exception_handlers={RequestError: on_request_error, DaemonsError: on_daemon_error},
+        middleware=_middleware(settings, metrics),
+        exception_handlers={RequestError: on_error, DaemonsError: on_error},
     )
+    app.state.max_body_bytes = settings.max_body_bytes
+    app.state.metrics = metrics
+    return app
+
+
+def _middleware(settings: ServerSettings, metrics: Metrics) -> list[Middleware]:
+    """Outermost first: metrics see every response, 401s included; CORS answers
+    preflights (which carry no key) before the key check, and adds its headers to a
+    401 so a browser client can read why."""
+    stack = [Middleware(MetricsMiddleware, metrics=metrics)]
+    if settings.cors_origins:
+        stack.append(Middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                                allow_methods=["GET", "POST"], allow_headers=["*"],
+                                max_age=600))
+    if settings.api_keys:
+        stack.append(Middleware(APIKeyMiddleware, keys=settings.api_keys))
+    return stack

@@ -1,34 +1,45 @@
 """The ``lucerna`` command line.
 
-    lucerna serve     set everything up, then serve the default (or a given) model
+    lucerna serve     set everything up, then serve the default model, a given one, or
+                      the models of a TOML config (--config; configs/lucerna.toml)
     lucerna test      set everything up, then run ruff, mypy and the test suite
     lucerna setup     build the engine and daemons, fetch the default model
     lucerna models    write the small random-weight test models; print their paths
-    lucerna daemon    run one daemon in the foreground (its stdin protocol is yours)
+    lucerna daemon    run one daemon in the foreground (its stdin protocol is yours;
+                      stream values are shown on stderr as `S: ... -1` lines)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import ipaddress
 import logging
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 import trio
 
-from daemons.default_model import DEFAULT_MODEL_NAME, ensure_default_model
+from daemons.default_model import ensure_default_model
 from daemons.errors import DaemonsError
-from daemons.gguf_info import read_gguf_info
 from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
-from daemons.roles import ROLES, DaemonLaunch, role_named, target_role_for
-from orchestrator.errors import OrchestratorError
-from orchestrator.models import ServedModel
-from orchestrator.server import ServerOptions, run_server
-from orchestrator.supervisor import RestartPolicy
+from daemons.roles import ROLES, role_named
+from orchestrator.config import (
+    Overrides,
+    apply_overrides,
+    build_models,
+    load_config,
+    read_api_key_file,
+)
+from orchestrator.errors import ConfigError, OrchestratorError
+from orchestrator.server import run_server
+from orchestrator.systemd import SystemdEnvironment
+from protocol import STREAM_END, decode_token_bytes
 
 __all__ = ["main"]
 
@@ -59,24 +70,50 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    native = _native()
-    model_path = Path(args.model).expanduser() if args.model else ensure_default_model(progress)
-    info = read_gguf_info(model_path)
-    role = target_role_for(info.architecture)
-    name = args.model_name or (DEFAULT_MODEL_NAME if not args.model else model_path.stem)
-    launch = DaemonLaunch(role=role, executable=native.binary(role.name), model=model_path,
-                          n_ctx=args.n_ctx, threads=args.threads,
-                          n_gpu_layers=args.n_gpu_layers)
-    model = ServedModel(
-        name=name, info=info, launch=launch, queue_limit=args.queue_limit,
-        restart_policy=RestartPolicy(max_failures=args.restart_max_failures),
-    )
-    options = ServerOptions(host=args.host, port=args.port,
-                            shutdown_timeout=args.shutdown_timeout)
-    progress(f"serving {name} ({info.architecture}, {model_path}) on "
-             f"http://{args.host}:{args.port}/v1")
-    trio.run(run_server, [model], options)
+    config = apply_overrides(load_config(args.config) if args.config else None, Overrides(
+        host=args.host, port=args.port, api_keys=_api_keys_from_flags(args),
+        shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
+        model=args.model, model_name=args.model_name, n_ctx=args.n_ctx, threads=args.threads,
+        n_gpu_layers=args.n_gpu_layers, queue_limit=args.queue_limit,
+        max_output_tokens=args.max_output_tokens,
+        restart_max_failures=args.restart_max_failures,
+    ))
+    server = config.server
+    if server.log_level and not args.log_level_given:
+        logging.getLogger().setLevel(server.log_level)
+    models = build_models(config, _native(), progress)
+    # Taken (and removed from our environment) before any daemon is spawned.
+    systemd = SystemdEnvironment.take()
+    for model in models:
+        progress(f"serving {model.name} ({model.info.architecture}, {model.launch.model})")
+    if systemd.listen_fds:
+        progress(f"on the {len(systemd.listen_fds)} socket(s) systemd passed (fd "
+                 f"{', '.join(map(str, systemd.listen_fds))})")
+    else:
+        progress(f"on http://{server.host}:{server.port}/v1")
+        if not server.api_keys and not _is_loopback(server.host):
+            progress(f"warning: listening on {server.host} without an API key; anyone who "
+                     "can reach this port can use the models (set api_key_file or "
+                     "LUCERNA_API_KEY)")
+    trio.run(functools.partial(run_server, models, server, systemd=systemd))
     return 0
+
+
+def _api_keys_from_flags(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """Keys from --api-key-file or $LUCERNA_API_KEY (which the daemons must not inherit)."""
+    env_key = os.environ.pop("LUCERNA_API_KEY", "").strip()
+    if args.api_key_file:
+        return read_api_key_file(
+            Path(args.api_key_file).expanduser(),
+            lambda problem, fix: ConfigError(f"--api-key-file: {problem}. Fix: {fix}."))
+    return (env_key,) if env_key else None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -107,31 +144,93 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     role = role_named(args.role)
     binary = native.binary(role.name)
     argv = [str(binary), args.model, *args.extra]
-    os.execv(binary, argv)
-    return 127  # not reached
+    if any(arg == "--stream-fd" or arg.startswith("--stream-fd=") for arg in args.extra):
+        os.execv(binary, argv)  # the caller brought its own stream fd
+    return run_showing_stream(argv)
+
+
+def run_showing_stream(argv: Sequence[str]) -> int:
+    """Run a daemon on this terminal, its stream fd shown on stderr as ``S: ... -1`` lines.
+
+    stdin, stdout and stderr are the daemon's own (inherited, not copied), so commands
+    and replies pass straight through; only the binary stream fd needs a reader.
+    """
+    read_fd, write_fd = os.pipe()
+    try:
+        process = subprocess.Popen([*argv, f"--stream-fd={write_fd}"], pass_fds=(write_fd,))
+    finally:
+        os.close(write_fd)  # the daemon holds the only write end: its exit is EOF here
+    try:
+        echo_stream(read_fd, sys.stderr)
+    except KeyboardInterrupt:
+        # The terminal sent SIGINT to the daemon too; it ends its command and exits 0.
+        pass
+    finally:
+        os.close(read_fd)
+    return process.wait()
+
+
+def echo_stream(fd: int, out: TextIO) -> None:
+    """Write the int32 values arriving on ``fd`` to ``out`` until EOF, as they arrive.
+
+    Each stream command's values make one line, ``S: 2 9259 1902 -1`` (the notation of
+    PROTOCOL.md section 8), flushed after every read so a generation shows token by token.
+    """
+    pending = b""
+    line_open = False
+    while chunk := os.read(fd, 65536):
+        pending += chunk
+        whole = len(pending) - len(pending) % 4
+        values, pending = decode_token_bytes(pending[:whole]), pending[whole:]
+        for value in values:
+            out.write(f" {value}" if line_open else f"S: {value}")
+            line_open = value != STREAM_END
+            if not line_open:
+                out.write("\n")
+        out.flush()
+    if line_open:
+        out.write("\n")
+        out.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lucerna", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-level", default=os.environ.get("LUCERNA_LOG_LEVEL", "INFO"),
-                        help="logging level (default INFO; DEBUG shows daemon stderr)")
+    parser.add_argument("--log-level", default=os.environ.get("LUCERNA_LOG_LEVEL") or None,
+                        help="logging level (default: $LUCERNA_LOG_LEVEL, the config's "
+                        "log_level, or INFO; DEBUG shows daemon stderr)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve a model over the OpenAI-compatible HTTP API")
-    serve.add_argument("--model", help="GGUF file to serve (default: the embedded gemma3-270m)")
-    serve.add_argument("--model-name", help="name clients use in the `model` field")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens")
-    serve.add_argument("--threads", type=int, help="CPU threads for the daemon")
+    # Every default is None: a flag that was not given leaves the config file's value
+    # (or the built-in default) alone; see config.apply_overrides for the rules.
+    serve.add_argument("--config", default=os.environ.get("LUCERNA_CONFIG") or None,
+                       help="TOML config file (default: $LUCERNA_CONFIG; example: "
+                       "configs/lucerna.toml); the flags below override it")
+    serve.add_argument("--model", help="GGUF file to serve, or 'default' (the embedded "
+                       "gemma3-270m, also the default without --config); with --config it "
+                       "adds a model, or replaces the path of the one named --model-name")
+    serve.add_argument("--model-name", help="name clients use in the `model` field "
+                       "(default: gemma3-270m, or the file's stem)")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    serve.add_argument("--api-key-file", help="file with the accepted API keys, one per line "
+                       "(or set $LUCERNA_API_KEY); without one, no key is needed")
+    serve.add_argument("--max-body-bytes", type=int,
+                       help="largest request body accepted, else 413 (default 32 MiB)")
+    serve.add_argument("--n-ctx", type=int, help="context size in tokens (default 4096)")
+    serve.add_argument("--threads", type=int, help="CPU threads per daemon (default: all)")
     serve.add_argument("--n-gpu-layers", type=int, help="layers to offload (GPU builds)")
-    serve.add_argument("--shutdown-timeout", type=float, default=30.0,
-                       help="seconds to drain in-flight requests on SIGTERM")
-    serve.add_argument("--queue-limit", type=int, default=16,
-                       help="requests that may wait per model before new ones get 503")
-    serve.add_argument("--restart-max-failures", type=int, default=5,
-                       help="consecutive daemon failures after which the server exits non-zero")
+    serve.add_argument("--max-output-tokens", type=int,
+                       help="cap on tokens generated per request (default: what fits)")
+    serve.add_argument("--shutdown-timeout", type=float,
+                       help="seconds to drain in-flight requests on SIGTERM (default 30)")
+    serve.add_argument("--queue-limit", type=int,
+                       help="requests that may wait per model before new ones get 503 "
+                       "(default 16)")
+    serve.add_argument("--restart-max-failures", type=int,
+                       help="consecutive daemon failures after which the server exits "
+                       "non-zero (default 5)")
     serve.set_defaults(func=cmd_serve)
 
     test = sub.add_parser("test", help="set up, then run ruff, mypy and pytest")
@@ -158,8 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and getattr(args, "passthrough", None) is None:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
+    args.log_level_given = args.log_level is not None
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=(args.log_level or "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

@@ -74,6 +74,7 @@ class Finished:
     prefill_ms: float
     decode_ms: float
     recoveries: int = 0
+    stop_string: str | None = None  # the request's stop string that ended it, if one did
 
 
 Event = TextDelta | ToolCall | Finished
@@ -94,7 +95,12 @@ class GenerationRequest:
     sampling: SamplingParams | None = None
     stop_strings: tuple[str, ...] = ()
     grammar: str | None = None  # GBNF that constrains every sampled token
+    # A JSON schema (as JSON text) the output must satisfy; the daemon turns it into a
+    # grammar with the engine's own converter. Exclusive with ``grammar``.
+    json_schema: str | None = None
     parser_factory: Callable[[], OutputParser] | None = field(default=None, compare=False)
+    # False for raw prompts (legacy completions): no chat template, so none of its stops.
+    template_stops: bool = True
 
 
 async def prompt_ids(
@@ -149,7 +155,8 @@ async def generate_events(
     n_gen = completion_budget(model, request)
     _, pieces, template = model.ready_parts()
     detokenizer = IncrementalDetokenizer(pieces)
-    stops = StopStringMatcher((*request.stop_strings, *template.stop_strings))
+    template_stops = template.stop_strings if request.template_stops else ()
+    stops = StopStringMatcher((*request.stop_strings, *template_stops))
     parser = request.parser_factory() if request.parser_factory else None
     generated: list[int] = []
     recoveries = 0
@@ -172,6 +179,7 @@ async def generate_events(
                     generated.append(token)
                     for event in visible(stops.feed(detokenizer.feed(token))):
                         saw_tool_call |= isinstance(event, ToolCall)
+                        model.observe(event)
                         yield event
                     if stops.stopped:
                         break
@@ -193,6 +201,7 @@ async def generate_events(
     tail = "" if stops.stopped else stops.feed(detokenizer.flush()) + stops.flush()
     for event in [*visible(tail), *(parser.finish() if parser else [])]:
         saw_tool_call |= isinstance(event, ToolCall)
+        model.observe(event)
         yield event
     natural_end = summary is not None and summary.finish in ("eog", "stop")
     if saw_tool_call:
@@ -201,14 +210,17 @@ async def generate_events(
         finish_reason = "stop"
     else:
         finish_reason = "length"
-    yield Finished(
+    finished = Finished(
         finish_reason=finish_reason,
         prompt_tokens=len(request.prompt),
         completion_tokens=len(generated),
         prefill_ms=summary.prefill_ms if summary else 0.0,
         decode_ms=summary.decode_ms if summary else 0.0,
         recoveries=recoveries,
+        stop_string=stops.matched if stops.matched in request.stop_strings else None,
     )
+    model.observe(finished)
+    yield finished
 
 
 async def run_generation(

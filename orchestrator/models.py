@@ -8,8 +8,9 @@ architecture come from the GGUF itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from daemons.client import DaemonClient
 from daemons.gguf_info import GGUFInfo
@@ -19,6 +20,9 @@ from orchestrator.errors import ModelNotFoundError, ServiceUnavailableError
 from orchestrator.scheduler import RequestQueue
 from orchestrator.supervisor import RestartPolicy, Supervisor
 from protocol import PieceTable
+
+if TYPE_CHECKING:
+    from orchestrator.generation import Event
 
 __all__ = ["ModelRegistry", "ServedModel"]
 
@@ -37,6 +41,9 @@ class ServedModel:
     template: ChatTemplate | None = None
     supervisor: Supervisor = field(init=False)
     queue: RequestQueue = field(init=False)
+    # Called with every event a generation on this model yields (metrics count tokens
+    # and time the first output here); observers must be quick and must not raise.
+    observers: list[Callable[[ServedModel, Event], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
@@ -59,6 +66,10 @@ class ServedModel:
             return client.ready.n_ctx
         return self.launch.n_ctx or 0
 
+    def observe(self, event: Event) -> None:
+        for observer in self.observers:
+            observer(self, event)
+
     def ready_parts(self) -> tuple[DaemonClient, PieceTable, ChatTemplate]:
         client = self.supervisor.ready_client()
         if self.pieces is None or self.template is None:
@@ -75,6 +86,8 @@ def _piece_text(pieces: PieceTable, token: int) -> str:
 class ModelRegistry:
     def __init__(self, models: list[ServedModel]) -> None:
         self._models = {m.name: m for m in models}
+        # Called with the model each request is routed to (metrics label requests by it).
+        self.route_observers: list[Callable[[ServedModel], None]] = []
 
     def __iter__(self) -> Iterator[ServedModel]:
         return iter(self._models.values())
@@ -83,10 +96,15 @@ class ModelRegistry:
         return len(self._models)
 
     def get(self, name: str | None) -> ServedModel:
+        model = None
         if name is None and len(self._models) == 1:
-            return next(iter(self._models.values()))
-        if name is not None and name in self._models:
-            return self._models[name]
+            model = next(iter(self._models.values()))
+        elif name is not None:
+            model = self._models.get(name)
+        if model is not None:
+            for observer in self.route_observers:
+                observer(model)
+            return model
         raise ModelNotFoundError(
             f"The model {name!r} does not exist. Available: {', '.join(self._models)}",
             param="model",

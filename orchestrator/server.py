@@ -1,11 +1,17 @@
-"""Run the HTTP server and the daemons' supervisors under one Trio nursery."""
+"""Run the HTTP server and the daemons' supervisors under one Trio nursery.
+
+Shutdown, in order: the trigger fires (SIGTERM or SIGINT); systemd hears
+``STOPPING=1``; hypercorn closes its listeners (new connections are refused) and
+gives in-flight requests up to ``shutdown_timeout`` seconds to finish, then cancels
+what is left; only then are the supervisors cancelled, which quit their daemons
+(``quit``, then SIGTERM and SIGKILL on each daemon's process group).
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -13,20 +19,18 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from orchestrator.app import build_app
+from orchestrator.config import ServerSettings
 from orchestrator.errors import DaemonUnrecoverableError
 from orchestrator.models import ModelRegistry, ServedModel
+from orchestrator.systemd import SystemdEnvironment, report_status, run_watchdog
 
 __all__ = ["ServerOptions", "run_server", "wait_for_signal"]
 
 log = logging.getLogger("lucerna.server")
 
 
-@dataclass(frozen=True)
-class ServerOptions:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    # Hypercorn's default of 3 s cuts long SSE streams at shutdown; give them time.
-    shutdown_timeout: float = 30.0
+# The name run_server's settings had before the config file; they are its [server] table.
+ServerOptions = ServerSettings
 
 
 async def wait_for_signal() -> None:
@@ -38,45 +42,75 @@ async def wait_for_signal() -> None:
 
 async def run_server(
     models: list[ServedModel],
-    options: ServerOptions,
+    options: ServerSettings,
     *,
+    systemd: SystemdEnvironment | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] = wait_for_signal,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until ``shutdown_trigger`` returns; reports the bound URLs via task_status."""
+    """Serve until ``shutdown_trigger`` returns; reports the bound URLs via task_status.
+
+    ``systemd`` (see ``SystemdEnvironment.take``) adds readiness and watchdog
+    notifications, and replaces ``host``/``port`` by sockets systemd passed us.
+    """
     registry = ModelRegistry(models)
+    systemd = systemd or SystemdEnvironment()
     config = HypercornConfig()
-    config.bind = [f"{options.host}:{options.port}"]
+    if systemd.listen_fds:
+        config.bind = [f"fd://{fd}" for fd in systemd.listen_fds]
+    else:
+        host = f"[{options.host}]" if ":" in options.host else options.host
+        config.bind = [f"{host}:{options.port}"]
+    # Hypercorn's default of 3 s cuts long SSE streams at shutdown; give them time.
     config.graceful_timeout = options.shutdown_timeout
     config.accesslog = logging.getLogger("lucerna.access")
     config.errorlog = logging.getLogger("lucerna.http")
     try:
-        await _serve(registry, config, shutdown_trigger, task_status)
+        await _serve(registry, options, config, systemd, shutdown_trigger, task_status)
     except* DaemonUnrecoverableError as group:
         # One model's daemon cannot be brought back: stop serving and say which, so
         # the process exits non-zero and systemd's Restart= can take over.
+        systemd.notify("STOPPING=1", f"STATUS=failed: {group.exceptions[0]}")
         raise group.exceptions[0] from None
 
 
 async def _serve(
     registry: ModelRegistry,
+    options: ServerSettings,
     config: HypercornConfig,
+    systemd: SystemdEnvironment,
     shutdown_trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     async with trio.open_nursery() as nursery:
         for model in registry:
             nursery.start_soon(model.supervisor.run)
+        status_scope = trio.CancelScope()
+
+        async def stop_when_triggered() -> None:
+            await shutdown_trigger()
+            status_scope.cancel()  # no READY=1 or stale STATUS= after STOPPING=1
+            systemd.notify("STOPPING=1", "STATUS=draining in-flight requests (up to "
+                           f"{options.shutdown_timeout:g} s)")
 
         async def serve_then_stop(task_status: trio.TaskStatus[list[str]]) -> None:
-            app: Any = build_app(registry)  # hypercorn types ASGI apps narrower than starlette
-            await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger,
+            # hypercorn types ASGI apps narrower than starlette
+            app: Any = build_app(registry, options)
+            await hypercorn_serve(app, config, shutdown_trigger=stop_when_triggered,
                                   task_status=task_status)
             # Requests are drained; now the supervisors quit their daemons.
             nursery.cancel_scope.cancel()
 
+        async def report() -> None:
+            with status_scope:
+                await report_status(systemd, registry, binds)
+
         binds = await nursery.start(serve_then_stop)
-        log.info("listening on %s", ", ".join(binds))
+        log.info("listening on %s%s", ", ".join(binds),
+                 " (sockets from systemd)" if systemd.listen_fds else "")
+        nursery.start_soon(run_watchdog, systemd)
+        if systemd.notify_socket:
+            nursery.start_soon(report)
         task_status.started(binds)
         for model in registry:
             try:

@@ -32,11 +32,14 @@ def _reject_constant(name: str) -> Any:
 
 
 async def read_json_body(request: Request) -> dict[str, Any]:
+    # The app may lower or raise the limit ([server] max_body_bytes).
+    limit = getattr(getattr(request.scope.get("app"), "state", None), "max_body_bytes",
+                    MAX_BODY_BYTES)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise PayloadTooLargeError(f"request body exceeds {MAX_BODY_BYTES} bytes")
+        if len(body) > limit:
+            raise PayloadTooLargeError(f"request body exceeds {limit} bytes")
     try:
         data = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
@@ -46,16 +49,20 @@ async def read_json_body(request: Request) -> dict[str, Any]:
     return data
 
 
-def error_response(error: RequestError) -> JSONResponse:
+def error_response(error: RequestError, body: dict[str, Any] | None = None) -> JSONResponse:
+    """``error`` as an HTTP response; ``body`` is its dialect's shape (default: OpenAI's)."""
     retry_after = getattr(error, "retry_after_s", 1)
     headers = {"Retry-After": str(retry_after)} if error.status == 503 else None
-    return JSONResponse(error.openai_body(), status_code=error.status, headers=headers)
+    return JSONResponse(error.openai_body() if body is None else body, status_code=error.status,
+                        headers=headers)
 
 
-def sse(data: dict[str, Any] | str) -> bytes:
+def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
+    """One SSE event; ``event`` names it (Anthropic clients dispatch on that line)."""
     payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False,
                                                             allow_nan=False)
-    return f"data: {payload}\n\n".encode()
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
 
 
 def finite(value: float) -> float:

@@ -1,0 +1,518 @@
+"""The configuration file: one TOML schema for the server and the models it serves.
+
+``load_config`` reads and validates a file; ``parse_config`` validates an already
+parsed table (tests, flags turned into a config). Every mistake is a ``ConfigError``
+whose message names the file, the key and the fix::
+
+    configs/lucerna.toml: models[1].n_ctx: expected an integer >= 16, got "4k".
+    Fix: write the context size in tokens, e.g. n_ctx = 4096.
+
+The schema (configs/lucerna.toml is a commented example)::
+
+    [server]                      all keys optional
+    host, port, api_key | api_key_file, cors_origins, shutdown_timeout,
+    max_body_bytes, log_level
+
+    [[models]]                    one table per model; at least one
+    name, path ("default" = the embedded gemma3-270m), role, n_ctx, threads,
+    n_gpu_layers, chunk, slots, extra_args, launcher, env, queue_limit,
+    max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
+    max_delay_s, healthy_after_s}
+
+Relative paths (``path``, ``api_key_file``) are relative to the file's directory.
+Reading a model's GGUF header and choosing its daemon happen in ``build_models``,
+which needs the native build; its errors are ``ConfigError`` too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from daemons.default_model import DEFAULT_MODEL_NAME
+from daemons.errors import DaemonsError
+from daemons.roles import ROLES, DaemonLaunch, RoleSpec, target_role_for
+from orchestrator.api._http import MAX_BODY_BYTES
+from orchestrator.errors import ConfigError
+from orchestrator.supervisor import RestartPolicy
+
+if TYPE_CHECKING:
+    from daemons.native import NativeBuild
+    from orchestrator.models import ServedModel
+
+__all__ = [
+    "DEFAULT_MODEL_PATH",
+    "LOG_LEVELS",
+    "LucernaConfig",
+    "ModelSettings",
+    "Overrides",
+    "ServerSettings",
+    "apply_overrides",
+    "build_models",
+    "load_config",
+    "parse_config",
+    "read_api_key_file",
+]
+
+DEFAULT_MODEL_PATH = "default"
+"""The ``path`` that names the embedded gemma3-270m (assembled on first use)."""
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The ``[server]`` table: where and how the HTTP front end listens."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_keys: tuple[str, ...] = ()
+    """Accepted keys; empty means no authentication (only sensible on loopback)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins allowed by CORS; empty means no CORS headers at all."""
+    shutdown_timeout: float = 30.0
+    """Seconds in-flight requests may take to finish after SIGTERM (hypercorn's 3 s is
+    far too short for a long stream)."""
+    max_body_bytes: int = MAX_BODY_BYTES
+    log_level: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """One ``[[models]]`` table, validated but not yet resolved against the disk."""
+
+    name: str
+    path: str
+    """``"default"`` or an absolute GGUF path (relative ones are resolved on load)."""
+    role: str | None = None
+    n_ctx: int | None = 4096
+    threads: int | None = None
+    n_gpu_layers: int | None = None
+    chunk: int | None = None
+    slots: int | None = None
+    extra_args: tuple[str, ...] = ()
+    launcher: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    queue_limit: int = 16
+    max_output_tokens: int | None = None
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+
+
+@dataclass(frozen=True)
+class LucernaConfig:
+    server: ServerSettings
+    models: tuple[ModelSettings, ...]
+    source: str = "<config>"
+    """Where it came from, for messages: a file path or ``command line``."""
+
+
+# --- validation -------------------------------------------------------------------------
+
+
+class _Table:
+    """One TOML table being validated; remembers which keys were read.
+
+    ``finish`` refuses the keys nobody asked for, so a typo such as ``n_cxt`` is an
+    error that suggests ``n_ctx`` instead of a silently ignored setting.
+    """
+
+    def __init__(self, data: Mapping[str, Any], where: str, source: str) -> None:
+        self.data = data
+        self.where = where
+        self.source = source
+        self._read: set[str] = set()
+
+    def error(self, key: str | None, problem: str, fix: str) -> ConfigError:
+        at = f"{self.where}.{key}" if key and self.where else (key or self.where)
+        return ConfigError(f"{self.source}: {at}: {problem}. Fix: {fix}.")
+
+    def get(self, key: str) -> Any:
+        self._read.add(key)
+        return self.data.get(key)
+
+    def string(self, key: str, fix: str, *, required: bool = False) -> str | None:
+        value = self.get(key)
+        if value is None:
+            if required:
+                raise self.error(key, "is required", fix)
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, f"expected a non-empty string, got {value!r}", fix)
+        return value
+
+    def integer(self, key: str, low: int, fix: str, *, high: int | None = None) -> int | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        if (isinstance(value, bool) or not isinstance(value, int) or value < low
+                or (high is not None and value > high)):
+            raise self.error(key, f"expected an integer {bound}, got {value!r}", fix)
+        return value
+
+    def number(self, key: str, low: float, fix: str) -> float | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
+            raise self.error(key, f"expected a number >= {low:g}, got {value!r}", fix)
+        return float(value)
+
+    def strings(self, key: str, fix: str) -> tuple[str, ...] | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.error(key, f"expected a list of non-empty strings, got {value!r}", fix)
+        return tuple(value)
+
+    def table(self, key: str, fix: str) -> Mapping[str, Any] | None:
+        value = self.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a table, got {value!r}", fix)
+        return value
+
+    def finish(self) -> None:
+        for key in self.data:
+            if key in self._read:
+                continue
+            close = difflib.get_close_matches(key, sorted(self._read), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else (
+                f"known keys: {', '.join(sorted(self._read))}")
+            raise self.error(key, "unknown key", f"remove it or correct it ({hint})")
+
+
+def load_config(path: str | Path) -> LucernaConfig:
+    """Read and validate a TOML config file; ``ConfigError`` says what to fix."""
+    path = Path(path).expanduser()
+    source = str(path)
+    try:
+        with path.open("rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the config file: {exc.strerror or exc}. "
+                          "Fix: pass an existing file to --config (configs/lucerna.toml "
+                          "is a commented example).") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}. Fix: correct the syntax there "
+                          "(strings need quotes; tables are [server] and [[models]]).") from None
+    return parse_config(data, source=source, base_dir=path.parent)
+
+
+def parse_config(data: Mapping[str, Any], *, source: str = "<config>",
+                 base_dir: Path | None = None) -> LucernaConfig:
+    """Validate a parsed config table; relative paths resolve against ``base_dir``."""
+    base = base_dir if base_dir is not None else Path.cwd()
+    top = _Table(data, "", source)
+    server_data = top.table("server", "write [server] as a table of settings")
+    server = _server_settings(_Table(server_data or {}, "server", source), base)
+    models_data = top.get("models")
+    example = 'add a [[models]] table with name = "gemma3-270m" and path = "default"'
+    if models_data is None:
+        raise top.error("models", "no model is configured", example)
+    if not isinstance(models_data, list) or not all(isinstance(m, dict) for m in models_data):
+        raise top.error("models", "expected an array of tables ([[models]])", example)
+    if not models_data:
+        raise top.error("models", "no model is configured", example)
+    top.finish()
+    models: list[ModelSettings] = []
+    for i, model_data in enumerate(models_data):
+        model = _model_settings(_Table(model_data, f"models[{i}]", source), i, base)
+        if any(m.name == model.name for m in models):
+            raise ConfigError(f"{source}: models[{i}].name: {model.name!r} is already the name "
+                              "of an earlier model. Fix: give every model its own name (it "
+                              "is what clients put in the request's `model` field).")
+        models.append(model)
+    return LucernaConfig(server=server, models=tuple(models), source=source)
+
+
+def _server_settings(table: _Table, base: Path) -> ServerSettings:
+    defaults = ServerSettings()
+    host = table.string("host", 'write an address such as "127.0.0.1" (loopback) or '
+                                '"0.0.0.0" (every interface; set an api_key then)')
+    port = table.integer("port", 0, "use a TCP port such as 8080", high=65535)
+    api_key = table.string("api_key", 'write the key as a string, or use api_key_file')
+    key_file = table.string("api_key_file", "write the path of a file holding one key per line")
+    if api_key is not None and key_file is not None:
+        raise table.error("api_key", "api_key and api_key_file are both set",
+                          "keep only one of them")
+    if api_key is not None and api_key != api_key.strip():
+        raise table.error("api_key", "has leading or trailing whitespace",
+                          "remove it; clients would have to send it too")
+    keys: tuple[str, ...] = (api_key,) if api_key else ()
+    if key_file is not None:
+        keys = read_api_key_file(base / Path(key_file).expanduser(),
+                                 lambda problem, fix: table.error("api_key_file", problem, fix))
+    origins = table.strings("cors_origins", 'list origins such as ["http://localhost:3000"]')
+    for origin in origins or ():
+        if origin != "*" and (not origin.startswith(("http://", "https://"))
+                              or origin.endswith("/")):
+            raise table.error("cors_origins", f"{origin!r} is not an origin",
+                              'write scheme://host[:port] without a path or trailing slash, '
+                              'e.g. "http://localhost:3000", or "*" for any origin')
+    shutdown = table.number("shutdown_timeout", 0, "give the drain budget in seconds, e.g. 30")
+    body = table.integer("max_body_bytes", 1024,
+                         "give the largest request body in bytes, e.g. 33554432 (32 MiB)")
+    level = table.string("log_level", f"use one of {', '.join(LOG_LEVELS)}")
+    if level is not None and level.upper() not in LOG_LEVELS:
+        raise table.error("log_level", f"unknown level {level!r}",
+                          f"use one of {', '.join(LOG_LEVELS)}")
+    table.finish()
+    return ServerSettings(
+        host=host or defaults.host,
+        port=defaults.port if port is None else port,
+        api_keys=keys,
+        cors_origins=origins or (),
+        shutdown_timeout=defaults.shutdown_timeout if shutdown is None else shutdown,
+        max_body_bytes=body or defaults.max_body_bytes,
+        log_level=level.upper() if level else None,
+    )
+
+
+def read_api_key_file(path: Path, error: Callable[[str, str], ConfigError]) -> tuple[str, ...]:
+    """The keys in ``path``: one per line; blank lines and ``#`` comments are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+                    "point it at a readable UTF-8 file holding one key per line") from None
+    keys = tuple(line.strip() for line in text.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise error(f"{path} holds no key", "write one key per line into it")
+    return keys
+
+
+def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
+    name = table.string("name", 'name the model as clients will, e.g. name = "qwen3-8b"',
+                        required=True)
+    assert name is not None
+    if name != name.strip():
+        raise table.error("name", f"{name!r} has leading or trailing whitespace", "remove it")
+    table.where = f"models[{index}] ({name})"  # later messages say which model by name
+    path = table.string("path", 'give the GGUF file, or "default" for the embedded '
+                                'gemma3-270m', required=True)
+    assert path is not None
+    if path != DEFAULT_MODEL_PATH:
+        resolved = (base / Path(path).expanduser()).resolve()
+        if not resolved.is_file():
+            raise table.error("path", f"{resolved} is not a file",
+                              'point it at a GGUF model file (relative paths are relative to '
+                              'the config file), or write "default"')
+        path = str(resolved)
+    role = table.string("role", f"use a target role: {', '.join(_target_roles())}, or leave "
+                                "it out to choose by the model's architecture")
+    if role is not None and role not in _target_roles():
+        raise table.error("role", f"{role!r} is not a target daemon role",
+                          f"use one of {', '.join(_target_roles())}, or leave it out")
+    defaults = ModelSettings(name=name, path=path)
+    n_ctx = table.integer("n_ctx", 16, "write the context size in tokens, e.g. n_ctx = 4096")
+    threads = table.integer("threads", 1, "give a CPU thread count, or leave it out for all")
+    gpu = table.integer("n_gpu_layers", -1,
+                        "give the layers to offload (-1 or leave out: all that fit the build)")
+    chunk = table.integer("chunk", 1, "give the prefill chunk in tokens, e.g. chunk = 512")
+    slots = table.integer("slots", 0, "give the number of snapshot slots, e.g. slots = 4")
+    extra = table.strings("extra_args", 'list extra daemon flags, e.g. ["--seed=1"]')
+    launcher = table.strings("launcher", 'list the command to prefix, e.g. ["ssh", "gpu-host"]')
+    env = table.table("env", 'write env = { NAME = "value" }')
+    if env is not None and not all(isinstance(v, str) for v in env.values()):
+        raise table.error("env", "every value must be a string", 'quote the values: '
+                          'env = { CUDA_VISIBLE_DEVICES = "0" }')
+    queue = table.integer("queue_limit", 0, "give how many requests may wait, e.g. 16")
+    max_out = table.integer("max_output_tokens", 1,
+                            "give a per-request cap in tokens, or leave it out for the context")
+    restart_data = table.table("restart", "write restart = { max_failures = 5 }")
+    restart = _restart_policy(_Table(restart_data or {}, f"{table.where}.restart",
+                                     table.source))
+    table.finish()
+    return replace(
+        defaults,
+        role=role,
+        n_ctx=defaults.n_ctx if n_ctx is None else n_ctx,
+        threads=threads,
+        n_gpu_layers=gpu,
+        chunk=chunk,
+        slots=slots,
+        extra_args=extra or (),
+        launcher=launcher or (),
+        env=dict(env or {}),
+        queue_limit=defaults.queue_limit if queue is None else queue,
+        max_output_tokens=max_out,
+        restart=restart,
+    )
+
+
+def _restart_policy(table: _Table) -> RestartPolicy:
+    defaults = RestartPolicy()
+    failures = table.integer("max_failures", 1,
+                             "give the failures in a row after which the server exits, e.g. 5")
+    first = table.number("first_delay_s", 0, "give seconds, e.g. 0 (restart at once)")
+    base = table.number("base_delay_s", 0, "give seconds, e.g. 0.5")
+    cap = table.number("max_delay_s", 0, "give seconds, e.g. 30")
+    healthy = table.number("healthy_after_s", 0, "give seconds, e.g. 60")
+    table.finish()
+    policy = RestartPolicy(
+        first_delay_s=defaults.first_delay_s if first is None else first,
+        base_delay_s=defaults.base_delay_s if base is None else base,
+        max_delay_s=defaults.max_delay_s if cap is None else cap,
+        max_failures=failures or defaults.max_failures,
+        healthy_after_s=defaults.healthy_after_s if healthy is None else healthy,
+    )
+    if policy.max_delay_s < policy.base_delay_s:
+        raise table.error("max_delay_s", f"{policy.max_delay_s:g} is below base_delay_s "
+                          f"{policy.base_delay_s:g}", "make max_delay_s >= base_delay_s")
+    return policy
+
+
+def _target_roles() -> list[str]:
+    return sorted(name for name, spec in ROLES.items() if spec.is_target)
+
+
+# --- from settings to served models ------------------------------------------------------
+
+
+def build_models(config: LucernaConfig, native: NativeBuild,
+                 progress: Callable[[str], None] = lambda message: None) -> list[ServedModel]:
+    """Resolve each model's file, read its GGUF header, pick its daemon: ``ServedModel``s.
+
+    The embedded default model is assembled on first use (``progress`` reports it).
+    """
+    from daemons.default_model import ensure_default_model
+    from daemons.gguf_info import read_gguf_info
+    from orchestrator.models import ServedModel
+
+    served: list[ServedModel] = []
+    for i, settings in enumerate(config.models):
+        where = f"{config.source}: models[{i}] ({settings.name})"
+        path = (ensure_default_model(progress) if settings.path == DEFAULT_MODEL_PATH
+                else Path(settings.path))
+        try:
+            info = read_gguf_info(path)
+        except (DaemonsError, OSError, ValueError) as exc:
+            raise ConfigError(f"{where}.path: {path} is not a readable GGUF file: {exc}. "
+                              "Fix: point it at a GGUF model file.") from None
+        role = _role_for(settings, info.architecture, where)
+        launch = DaemonLaunch(
+            role=role, executable=native.binary(role.name), model=path,
+            n_ctx=settings.n_ctx, threads=settings.threads,
+            n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
+            extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
+        )
+        served.append(ServedModel(
+            name=settings.name, info=info, launch=launch, queue_limit=settings.queue_limit,
+            max_output_tokens=settings.max_output_tokens, restart_policy=settings.restart,
+        ))
+    return served
+
+
+def _role_for(settings: ModelSettings, architecture: str, where: str) -> RoleSpec:
+    if settings.role is None:
+        try:
+            return target_role_for(architecture)
+        except DaemonsError as exc:
+            raise ConfigError(f"{where}.path: {exc}. Fix: serve a model of a supported "
+                              "architecture.") from None
+    role = ROLES[settings.role]
+    if architecture not in role.architectures:
+        raise ConfigError(
+            f"{where}.role: the {role.name} daemon does not serve GGUF architecture "
+            f"{architecture!r} (it serves {', '.join(sorted(role.architectures))}). Fix: leave "
+            "role out to choose by architecture, or serve a matching model.")
+    return role
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """``lucerna serve`` flags that were given; None means "not on the command line"."""
+
+    host: str | None = None
+    port: int | None = None
+    api_keys: tuple[str, ...] | None = None
+    shutdown_timeout: float | None = None
+    max_body_bytes: int | None = None
+    model: str | None = None
+    model_name: str | None = None
+    n_ctx: int | None = None
+    threads: int | None = None
+    n_gpu_layers: int | None = None
+    queue_limit: int | None = None
+    max_output_tokens: int | None = None
+    restart_max_failures: int | None = None
+
+
+def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaConfig:
+    """The config that ``lucerna serve`` runs: the file's (if any), flags on top.
+
+    - Without a file: one model, ``--model`` (default: the embedded gemma3-270m),
+      named ``--model-name`` (default: ``gemma3-270m`` or the file's stem).
+    - With a file, ``--model PATH`` names a model ``--model-name`` (default: the
+      file's stem): a configured model of that name gets PATH as its path and keeps
+      its other settings; otherwise the model is added after the configured ones.
+    - Per-model flags (``--n-ctx``, ``--threads``, ...) set that value for every
+      model served; server flags replace their ``[server]`` key.
+    """
+    _check_flags(flags)
+    if config is None:
+        config = LucernaConfig(server=ServerSettings(), models=(), source="command line")
+        if flags.model is None:
+            flags = replace(flags, model=DEFAULT_MODEL_PATH)
+    elif flags.model_name is not None and flags.model is None:
+        raise ConfigError(f"--model-name {flags.model_name!r} was given with --config "
+                          f"{config.source} but without --model. Fix: add --model PATH (it "
+                          "adds or replaces that model), or rename the model in the file.")
+    models = list(config.models)
+    if flags.model is not None:
+        path = flags.model
+        if path != DEFAULT_MODEL_PATH:
+            resolved = Path(path).expanduser().resolve()
+            if not resolved.is_file():
+                raise ConfigError(f"--model: {resolved} is not a file. Fix: give a GGUF model "
+                                  'file, or "default" for the embedded gemma3-270m.')
+            path = str(resolved)
+        name = flags.model_name or model_name_for(path)
+        same = [i for i, m in enumerate(models) if m.name == name]
+        if same:
+            models[same[0]] = replace(models[same[0]], path=path)
+        else:
+            models.append(ModelSettings(name=name, path=path))
+    per_model: dict[str, Any] = {key: value for key, value in (
+        ("n_ctx", flags.n_ctx), ("threads", flags.threads), ("n_gpu_layers", flags.n_gpu_layers),
+        ("queue_limit", flags.queue_limit), ("max_output_tokens", flags.max_output_tokens),
+    ) if value is not None}
+    models = [replace(m, **per_model) for m in models]
+    if flags.restart_max_failures is not None:
+        models = [replace(m, restart=replace(m.restart, max_failures=flags.restart_max_failures))
+                  for m in models]
+    server = config.server
+    server_flags: dict[str, Any] = {key: value for key, value in (
+        ("host", flags.host), ("port", flags.port), ("api_keys", flags.api_keys),
+        ("shutdown_timeout", flags.shutdown_timeout), ("max_body_bytes", flags.max_body_bytes),
+    ) if value is not None}
+    return replace(config, server=replace(server, **server_flags), models=tuple(models))
+
+
+def _check_flags(flags: Overrides) -> None:
+    for flag, value, low in (
+        ("--port", flags.port, 0), ("--shutdown-timeout", flags.shutdown_timeout, 0),
+        ("--max-body-bytes", flags.max_body_bytes, 1024), ("--n-ctx", flags.n_ctx, 16),
+        ("--threads", flags.threads, 1), ("--n-gpu-layers", flags.n_gpu_layers, -1),
+        ("--queue-limit", flags.queue_limit, 0),
+        ("--max-output-tokens", flags.max_output_tokens, 1),
+        ("--restart-max-failures", flags.restart_max_failures, 1),
+    ):
+        if value is not None and value < low:
+            raise ConfigError(f"{flag}: {value:g} is below its minimum {low}. Fix: give "
+                              f"{flag} a value >= {low}, or leave it out for the default.")
+    if flags.port is not None and flags.port > 65535:
+        raise ConfigError(f"--port: {flags.port} is not a TCP port. Fix: use 1..65535.")
+
+
+def model_name_for(path: str) -> str:
+    """The default client-facing name of a model file: the default's name, or the stem."""
+    return DEFAULT_MODEL_NAME if path == DEFAULT_MODEL_PATH else Path(path).stem
