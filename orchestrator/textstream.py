@@ -36,14 +36,15 @@ class StopStringMatcher:
     """Finds the first stop string in streamed text.
 
     ``feed`` returns the text that is safe to show now; once a stop string has been
-    seen, ``stopped`` is True and the text from the stop string on is dropped, as
-    the OpenAI API does.
+    seen, ``stopped`` is True, ``matched`` is the stop string, and the text from the
+    stop string on is dropped, as the OpenAI API does.
     """
 
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = [s for s in stops if s]
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None
 
     def feed(self, text: str) -> str:
         if self.stopped:
@@ -51,8 +52,9 @@ class StopStringMatcher:
         if not self._stops:
             return text
         buffer = self._held + text
-        first = min(
-            (i for i in (buffer.find(s) for s in self._stops) if i >= 0), default=-1
+        first, self.matched = min(
+            ((i, s) for s, i in ((s, buffer.find(s)) for s in self._stops) if i >= 0),
+            default=(-1, None),
         )
         if first >= 0:
             self.stopped = True

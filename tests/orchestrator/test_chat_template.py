@@ -50,3 +50,54 @@ def test_sandbox_blocks_attribute_escapes() -> None:
 def test_non_text_content_parts_are_refused() -> None:
     with pytest.raises(BadRequestError, match="image_url"):
         flatten_content([{"type": "image_url", "image_url": {"url": "x"}}])
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOL_TURNS = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "21 C"},
+]
+
+
+def test_fallback_template_renders_tools_calls_and_results() -> None:
+    template = ChatTemplate.for_model(None, bos_token="", eos_token="")
+    assert template.render(TOOL_TURNS, tools=TOOLS) == (
+        "Be brief.\n\n"
+        "Tools:\n"
+        '{"name": "get_weather", "description": "Weather for a city", '
+        '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}\n'
+        'To call a tool, reply with <tool_call>{"name": "<tool name>", "arguments": {...}}'
+        "</tool_call>\n\n"
+        "User: Weather in Paris?\n"
+        'Assistant: <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        "</tool_call>\n"
+        "Tool result (get_weather): 21 C\n"
+        "Assistant:"
+    )
+    assert "\nTool result" in template.stop_strings
+
+
+def test_gguf_templates_get_hf_tool_calls_with_dict_arguments() -> None:
+    # The shape Qwen/Hermes templates iterate: tool_call.function.arguments | tojson.
+    source = (
+        "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+        "<tool_call>{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+        "{% elif m.role == 'tool' %}[{{ m.name }}:{{ m.content }}]"
+        "{% endif %}{% endfor %}{{ tools | length }}"
+    )
+    template = ChatTemplate.for_model(source, bos_token="", eos_token="")
+    assert template.render(TOOL_TURNS, tools=TOOLS) == (
+        '<tool_call>{"city": "Paris"}</tool_call>[get_weather:21 C]1')
+
+
+def test_malformed_tool_calls_are_a_400() -> None:
+    template = ChatTemplate.for_model(None, bos_token="", eos_token="")
+    bad = [{"role": "assistant", "content": "", "tool_calls": [{"function": {}}]}]
+    with pytest.raises(BadRequestError, match=r"function\.name"):
+        template.render(bad)

@@ -1,0 +1,90 @@
+"""What Chat Completions and legacy Completions share on the wire.
+
+Both answer with an object that has one ``id`` / ``created`` / ``model`` and a list
+of choices; both stream that object chunk by chunk (§1.2, §1.3): choices with
+``finish_reason: null`` until the last one, then, only when
+``stream_options.include_usage`` asked for it, a usage chunk with ``choices: []``
+(every earlier chunk then has ``usage: null``), then ``data: [DONE]``. A failure
+after the headers went out is ``data: {"error": ...}`` followed by ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from daemons.errors import DaemonsError
+from orchestrator.api import _fields as fields
+from orchestrator.api._dialect import as_request_error
+from orchestrator.api._http import sse
+from orchestrator.errors import RequestError
+from orchestrator.generation import Event, Finished, TextDelta, ToolCall
+
+__all__ = ["OpenAIEnvelope", "include_usage", "openai_usage"]
+
+
+def include_usage(body: Mapping[str, Any], stream: bool) -> bool:
+    """Whether a stream ends with a usage chunk (``stream_options.include_usage``)."""
+    options = fields.object_field(body, "stream_options")
+    return stream and bool(options.get("include_usage", False))
+
+
+def openai_usage(finished: Finished) -> dict[str, int]:
+    return {
+        "prompt_tokens": finished.prompt_tokens,
+        "completion_tokens": finished.completion_tokens,
+        "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+    }
+
+
+@dataclass(frozen=True)
+class OpenAIEnvelope:
+    """The fields every object (or chunk) of one response repeats."""
+
+    id: str
+    model: str
+    include_usage: bool
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def body(self, kind: str, choices: list[dict[str, Any]],
+             finished: Finished | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.id, "object": kind, "created": self.created,
+                                "model": self.model, "choices": choices}
+        if finished is not None:
+            body["usage"] = openai_usage(finished)
+        elif self.include_usage:
+            body["usage"] = None
+        return body
+
+    async def stream(
+        self,
+        kind: str,
+        events: AsyncIterator[Event],
+        choices: Callable[[TextDelta | ToolCall], Iterable[dict[str, Any]]],
+        last: Callable[[Finished], dict[str, Any]],
+        first: dict[str, Any] | None = None,
+    ) -> AsyncGenerator[bytes, None]:
+        """The SSE body: ``first``, the ``choices`` of each event, ``last``, usage, [DONE]."""
+        if first is not None:
+            yield sse(self.body(kind, [first]))
+        finished: Finished | None = None
+        try:
+            async with aclosing(events):  # type: ignore[type-var]
+                async for event in events:
+                    if isinstance(event, Finished):
+                        finished = event
+                        continue
+                    for choice in choices(event):
+                        yield sse(self.body(kind, [choice]))
+        except (RequestError, DaemonsError) as exc:
+            yield sse(as_request_error(exc).openai_body())
+            yield sse("[DONE]")
+            return
+        assert finished is not None
+        yield sse(self.body(kind, [last(finished)]))
+        if self.include_usage:
+            yield sse(self.body(kind, [], finished))
+        yield sse("[DONE]")

@@ -1,0 +1,247 @@
+"""Anthropic Messages: ``POST /v1/messages`` (what Claude Code speaks) and
+``POST /v1/messages/count_tokens``.
+
+Requests map onto the HF message convention the templates take: ``system`` (a
+string or text blocks) becomes the system message; a user turn's ``tool_result``
+blocks become ``tool`` messages (in order, before the turn's text); an assistant
+turn's ``tool_use`` blocks become its ``tool_calls``. ``thinking`` blocks are
+dropped; images and documents are refused (text-only models).
+
+Every SSE event carries its ``event:`` line, because the SDK dispatches on it
+(§1.1): ``message_start`` → ``ping`` → per content block ``content_block_start`` /
+``content_block_delta`` (``text_delta``, or one ``input_json_delta`` with the whole
+input of a ``tool_use``) / ``content_block_stop``, indices 0, 1, 2… → one
+``message_delta`` (``stop_reason`` ``end_turn`` / ``max_tokens`` /
+``stop_sequence`` / ``tool_use``, cumulative ``usage.output_tokens``) →
+``message_stop``. Failures are ``{"type": "error", "error": {type, message}}``,
+as the HTTP body or, once streaming, as ``event: error``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from daemons.errors import DaemonsError
+from orchestrator.api import _fields as fields
+from orchestrator.api._dialect import ErrorShape, as_request_error, chat_generation, new_id
+from orchestrator.api._http import read_json_body, sse
+from orchestrator.api._tool_fields import read_tool_choice, read_tools
+from orchestrator.errors import BadRequestError, RequestError
+from orchestrator.generation import (
+    Event,
+    Finished,
+    GenerationRequest,
+    TextDelta,
+    ToolCall,
+    prompt_ids,
+    run_generation,
+)
+from orchestrator.models import ModelRegistry
+from orchestrator.scheduler import watch_disconnect
+from orchestrator.tools import OutputPlan, plan_output
+
+__all__ = ["ANTHROPIC_ERRORS", "MessagesRequest", "count_tokens", "messages",
+           "parse_messages_request"]
+
+# The SDK's error types by HTTP status (anthropic-sdk-python types/shared/error_type.py
+# and _client.py); 503 is "overloaded" as Ollama maps it, so the SDK retries it.
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_error_body(error: RequestError) -> dict[str, Any]:
+    fallback = "api_error" if error.status >= 500 else "invalid_request_error"
+    return {"type": "error",
+            "error": {"type": _ERROR_TYPES.get(error.status, fallback),
+                      "message": error.message}}
+
+
+ANTHROPIC_ERRORS = ErrorShape(anthropic_error_body)
+
+
+@dataclass(frozen=True)
+class MessagesRequest:
+    basics: fields.Basics
+    messages: list[dict[str, Any]]
+    output: OutputPlan
+
+
+def _text_blocks(content: Any, where: str) -> str:
+    """A string, or text blocks joined; other block types are refused."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequestError(f"{where} must be a string or an array of blocks")
+    texts = []
+    for j, block in enumerate(content):
+        if not isinstance(block, dict) or block.get("type") != "text":
+            kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+            raise BadRequestError(f"{where}[{j}] has type {kind!r}; only text is supported here")
+        texts.append(str(block.get("text", "")))
+    return "".join(texts)
+
+
+def _turn(message: Any, i: int) -> list[dict[str, Any]]:
+    """One Anthropic message as HF-convention messages."""
+    where = f"messages[{i}]"
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        raise BadRequestError(f"{where} must be an object with role user or assistant")
+    role, content = message["role"], message.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise BadRequestError(f"{where}.content must be a string or an array of blocks")
+    results: list[dict[str, Any]] = []
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        at = f"{where}.content[{j}]"
+        if kind == "text":
+            texts.append(str(block.get("text", "")))
+        elif kind == "tool_use" and role == "assistant":
+            assert isinstance(block, dict)
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                raise BadRequestError(f"{at}: a tool_use block needs a string id and name")
+            calls.append({"id": block["id"], "type": "function",
+                          "function": {"name": block["name"], "arguments": block.get("input")
+                                       or {}}})
+        elif kind == "tool_result" and role == "user":
+            assert isinstance(block, dict)
+            result = _text_blocks(block.get("content", ""), f"{at}.content")
+            if block.get("is_error"):
+                result = f"Error: {result}"
+            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
+                            "content": result})
+        elif kind not in ("thinking", "redacted_thinking"):
+            raise BadRequestError(f"{at} has type {kind!r}, which is not supported in a "
+                                  f"{role} message here")
+    turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
+    if calls:
+        turn["tool_calls"] = calls
+    return [*results, turn] if texts or calls or not results else results
+
+
+def parse_messages_request(body: Mapping[str, Any], *, counting: bool = False,
+                           ) -> MessagesRequest:
+    """The request, validated; ``counting`` (count_tokens) does not need ``max_tokens``."""
+    basics = fields.basics(body, stop="stop_sequences")
+    if basics.max_tokens is None and not counting:
+        raise BadRequestError("max_tokens: Field required", param="max_tokens")
+    value = body.get("messages")
+    if not isinstance(value, list) or not value:
+        raise BadRequestError("messages must be a non-empty array", param="messages")
+    messages = [m for i, message in enumerate(value) for m in _turn(message, i)]
+    system = body.get("system")
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": _text_blocks(system, "system")})
+    return MessagesRequest(
+        basics=basics,
+        messages=messages,
+        output=plan_output(read_tools(body, "anthropic"), read_tool_choice(body, "anthropic")),
+    )
+
+
+def _stop_reason(finished: Finished) -> str:
+    if finished.finish_reason == "tool_calls":
+        return "tool_use"
+    if finished.finish_reason == "length":
+        return "max_tokens"
+    return "stop_sequence" if finished.stop_string is not None else "end_turn"
+
+
+def _tool_use(call: ToolCall, input_: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name,
+            "input": json.loads(call.arguments) if input_ is None else input_}
+
+
+async def messages(request: Request, registry: ModelRegistry) -> Response:
+    parsed = parse_messages_request(await read_json_body(request))
+    model = registry.get(parsed.basics.model)
+    message_id = new_id("msg_")
+
+    async def build() -> GenerationRequest:
+        return await chat_generation(model, parsed.messages, parsed.output, parsed.basics)
+
+    def message(content: list[dict[str, Any]], stop_reason: str | None,
+                stop_sequence: str | None, usage: dict[str, int]) -> dict[str, Any]:
+        return {"id": message_id, "type": "message", "role": "assistant", "model": model.name,
+                "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+                "usage": usage}
+
+    def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
+        content: list[dict[str, Any]] = []
+        for event in events:
+            if isinstance(event, TextDelta):
+                if content and content[-1]["type"] == "text":
+                    content[-1]["text"] += event.text
+                else:
+                    content.append({"type": "text", "text": event.text})
+            elif isinstance(event, ToolCall):
+                content.append(_tool_use(event))
+        finished = next(e for e in events if isinstance(e, Finished))
+        usage = {"input_tokens": finished.prompt_tokens,
+                 "output_tokens": finished.completion_tokens}
+        return JSONResponse(message(content, _stop_reason(finished), finished.stop_string,
+                                    usage))
+
+    def emit(kind: str, **payload: Any) -> bytes:
+        return sse({"type": kind, **payload}, event=kind)
+
+    async def to_sse(generation: GenerationRequest,
+                     events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+        usage = {"input_tokens": len(generation.prompt), "output_tokens": 0}
+        yield emit("message_start", message=message([], None, None, usage))
+        yield emit("ping")
+        index = 0
+        text_open = False
+        try:
+            async with aclosing(events):  # type: ignore[type-var]
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        if not text_open:
+                            yield emit("content_block_start", index=index,
+                                       content_block={"type": "text", "text": ""})
+                            text_open = True
+                        yield emit("content_block_delta", index=index,
+                                   delta={"type": "text_delta", "text": event.text})
+                        continue
+                    if text_open:
+                        yield emit("content_block_stop", index=index)
+                        index, text_open = index + 1, False
+                    if isinstance(event, ToolCall):
+                        yield emit("content_block_start", index=index,
+                                   content_block=_tool_use(event, {}))
+                        yield emit("content_block_delta", index=index,
+                                   delta={"type": "input_json_delta",
+                                          "partial_json": event.arguments})
+                        yield emit("content_block_stop", index=index)
+                        index += 1
+                    else:
+                        yield emit("message_delta",
+                                   delta={"stop_reason": _stop_reason(event),
+                                          "stop_sequence": event.stop_string},
+                                   usage={"output_tokens": event.completion_tokens})
+                        yield emit("message_stop")
+        except (RequestError, DaemonsError) as exc:
+            yield sse(anthropic_error_body(as_request_error(exc)), event="error")
+
+    return await run_generation(request, model, build, stream=parsed.basics.stream, to_sse=to_sse,
+                                to_response=to_response)
+
+
+async def count_tokens(request: Request, registry: ModelRegistry) -> Response:
+    """``{"input_tokens": N}``: the real template and tokenizer, no generation."""
+    parsed = parse_messages_request(await read_json_body(request), counting=True)
+    model = registry.get(parsed.basics.model)
+    async with watch_disconnect(request.receive):
+        prompt = await prompt_ids(model, parsed.messages, parsed.output.template_tools)
+    return JSONResponse({"input_tokens": len(prompt)})

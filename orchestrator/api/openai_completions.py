@@ -1,0 +1,125 @@
+"""OpenAI legacy Completions: ``POST /v1/completions``, streaming and not.
+
+The prompt is raw text (or token ids), tokenized without any chat template, and
+nothing of a template applies (its stop strings included). ``text_completion``
+objects carry one choice; streamed chunks are the same object with the new text,
+the last one has the ``finish_reason``, then the usage chunk (``choices: []``,
+only with ``stream_options.include_usage``) and ``data: [DONE]``. As in the spec,
+``max_tokens`` defaults to 16. ``echo``, ``logprobs``, ``suffix`` and ``best_of``
+beyond 1 are refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from orchestrator.api import _fields as fields
+from orchestrator.api._dialect import new_id
+from orchestrator.api._http import read_json_body
+from orchestrator.api._openai import OpenAIEnvelope, include_usage
+from orchestrator.errors import BadRequestError
+from orchestrator.generation import (
+    Event,
+    Finished,
+    GenerationRequest,
+    TextDelta,
+    run_generation,
+    tokenize_text,
+)
+from orchestrator.models import ModelRegistry, ServedModel
+
+__all__ = ["CompletionRequest", "completions", "parse_completion_request"]
+
+_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    basics: fields.Basics
+    prompt: str | list[int]
+    include_usage: bool
+
+
+def _prompt(body: Mapping[str, Any]) -> str | list[int]:
+    prompt = body.get("prompt")
+    # A batch of one is the same request as its single prompt.
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise BadRequestError("prompt must not be empty", param="prompt")
+        return prompt
+    if (isinstance(prompt, list) and prompt
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
+        return prompt
+    raise BadRequestError("prompt must be a non-empty string or token-id array (a batch of "
+                          "several prompts is not supported)", param="prompt")
+
+
+def _refuse(body: Mapping[str, Any], key: str, allowed: tuple[Any, ...], why: str) -> None:
+    if body.get(key) not in allowed:
+        raise BadRequestError(f"{key} is not supported: {why}", param=key)
+
+
+def parse_completion_request(body: Mapping[str, Any]) -> CompletionRequest:
+    _refuse(body, "echo", (None, False), "the prompt is not repeated in the output")
+    _refuse(body, "logprobs", (None,), "log-probabilities are not reported")
+    _refuse(body, "suffix", (None, ""), "this server does not insert text")
+    _refuse(body, "best_of", (None, 1), "only one completion is generated")
+    _refuse(body, "n", (None, 1), "only one completion is generated")
+    basics = fields.basics(body)
+    if basics.max_tokens is None:
+        basics = dataclasses.replace(basics, max_tokens=_DEFAULT_MAX_TOKENS)
+    return CompletionRequest(basics, _prompt(body), include_usage(body, basics.stream))
+
+
+async def _prompt_ids(model: ServedModel, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, str):
+        return await tokenize_text(model, prompt)
+    _, pieces, _ = model.ready_parts()
+    bad = next((t for t in prompt if not 0 <= t < pieces.n_vocab), None)
+    if bad is not None:
+        raise BadRequestError(f"prompt token id {bad} is outside the vocabulary "
+                              f"(0..{pieces.n_vocab - 1})", param="prompt")
+    return list(prompt)
+
+
+def _choice(text: str, finish_reason: str | None) -> dict[str, Any]:
+    return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
+
+
+async def completions(request: Request, registry: ModelRegistry) -> Response:
+    parsed = parse_completion_request(await read_json_body(request))
+    model = registry.get(parsed.basics.model)
+    envelope = OpenAIEnvelope(new_id("cmpl-"), model.name, parsed.include_usage)
+
+    async def build() -> GenerationRequest:
+        prompt = await _prompt_ids(model, parsed.prompt)
+        basics = parsed.basics
+        return GenerationRequest(prompt, basics.max_tokens, basics.sampling, basics.stop,
+                                 template_stops=False)
+
+    def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        finished = next(e for e in events if isinstance(e, Finished))
+        return JSONResponse(envelope.body(
+            "text_completion", [_choice(text, finished.finish_reason)], finished))
+
+    def to_sse(generation: GenerationRequest,
+               events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+        return envelope.stream(
+            "text_completion", events,
+            # Tool calls never occur here: a raw prompt has no tools and no parser.
+            choices=lambda event: [_choice(event.text, None)] if isinstance(event, TextDelta)
+            else [],
+            last=lambda finished: _choice("", finished.finish_reason),
+        )
+
+    return await run_generation(request, model, build, stream=parsed.basics.stream, to_sse=to_sse,
+                                to_response=to_response)

@@ -1,0 +1,289 @@
+"""OpenAI Responses: ``POST /v1/responses``, what Codex speaks, streaming and not.
+
+Input is a string or a list of items: ``message`` items (text parts), and for
+multi-turn tool use the ``function_call`` items the model made and the
+``function_call_output`` items answering them; ``reasoning`` items are skipped.
+Nothing is stored: ``previous_response_id`` is refused, so a client sends the whole
+conversation (Codex does, with ``store: false``).
+
+A stream is the event sequence the SDK's accumulator and Codex require (§1.4), each
+event with a strictly increasing ``sequence_number``: ``response.created``,
+``response.in_progress``; for text ``output_item.added`` (message) →
+``content_part.added`` (output_text) → ``output_text.delta``* → ``output_text.done``
+→ ``content_part.done`` → ``output_item.done``; for each call ``output_item.added``
+(function_call) → ``function_call_arguments.delta`` → ``.done`` →
+``output_item.done``; then exactly one of ``response.completed``,
+``response.incomplete`` (cut by ``max_output_tokens``) or ``response.failed``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from daemons.errors import DaemonsError
+from orchestrator.api import _fields as fields
+from orchestrator.api._dialect import as_request_error, chat_generation, new_id
+from orchestrator.api._http import read_json_body, sse
+from orchestrator.api._tool_fields import read_response_format, read_tool_choice, read_tools
+from orchestrator.errors import BadRequestError, RequestError
+from orchestrator.generation import (
+    Event,
+    Finished,
+    GenerationRequest,
+    TextDelta,
+    ToolCall,
+    run_generation,
+)
+from orchestrator.models import ModelRegistry
+from orchestrator.tools import OutputPlan, plan_output
+
+__all__ = ["ResponsesRequest", "parse_responses_request", "responses"]
+
+_MESSAGE_ROLES = {"user": "user", "assistant": "assistant", "system": "system",
+                  "developer": "system"}
+
+
+@dataclass(frozen=True)
+class ResponsesRequest:
+    body: Mapping[str, Any]  # echoed back in the Response object
+    basics: fields.Basics
+    messages: list[dict[str, Any]]
+    output: OutputPlan
+
+
+def _input_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    instructions = fields.string(body, "instructions")
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    value = body.get("input")
+    if isinstance(value, str):
+        return [*messages, {"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise BadRequestError("input must be a string or a non-empty array of items",
+                              param="input")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise BadRequestError(f"input[{i}] must be an object", param="input")
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = _MESSAGE_ROLES.get(item.get("role"))  # type: ignore[arg-type]
+            if role is None:
+                raise BadRequestError(f"input[{i}].role must be one of "
+                                      f"{', '.join(_MESSAGE_ROLES)}", param="input")
+            messages.append({"role": role, "content": item.get("content")})
+        elif kind == "function_call":
+            call = {"id": _text(item, "call_id", i), "type": "function",
+                    "function": {"name": _text(item, "name", i),
+                                 "arguments": _text(item, "arguments", i)}}
+            # Calls made in one turn belong to that turn's assistant message.
+            if messages and messages[-1]["role"] == "assistant":
+                messages[-1] = {**messages[-1],
+                                "tool_calls": [*messages[-1].get("tool_calls", []), call]}
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": _text(item, "call_id", i),
+                             "content": item.get("output")})
+        elif kind != "reasoning":  # reasoning items carry nothing a template can use
+            raise BadRequestError(f"input[{i}] has type {kind!r}, which this server does not "
+                                  "support", param="input")
+    return messages
+
+
+def _text(item: Mapping[str, Any], key: str, i: int) -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise BadRequestError(f"input[{i}].{key} must be a string", param="input")
+    return value
+
+
+def parse_responses_request(body: Mapping[str, Any]) -> ResponsesRequest:
+    if body.get("previous_response_id") is not None:
+        raise BadRequestError("previous_response_id is not supported: this server stores no "
+                              "responses; send the whole conversation as input",
+                              param="previous_response_id")
+    text = fields.object_field(body, "text")
+    return ResponsesRequest(
+        body=body,
+        basics=fields.basics(body, max_tokens=("max_output_tokens",), stop=None),
+        messages=_input_messages(body),
+        output=plan_output(read_tools(body, "responses"), read_tool_choice(body, "responses"),
+                           read_response_format(text.get("format"), "text.format")),
+    )
+
+
+@dataclass
+class _Output:
+    """Builds the output items from generation events, noting each stream event on the way.
+
+    The non-streaming path runs the same builder and ignores the events, so both
+    paths produce the same items.
+    """
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _message_id: str | None = None  # the message item being written, if one is open
+    _text: str = ""
+
+    def _note(self, kind: str, **payload: Any) -> None:
+        self.events.append((kind, payload))
+
+    def _message(self, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self._message_id, "type": "message", "status": status,
+                "role": "assistant", "content": content}
+
+    def _part_ref(self) -> dict[str, Any]:
+        return {"item_id": self._message_id, "output_index": len(self.items),
+                "content_index": 0}
+
+    def text(self, delta: TextDelta) -> None:
+        if self._message_id is None:
+            self._message_id, self._text = new_id("msg_"), ""
+            self._note("response.output_item.added", output_index=len(self.items),
+                       item=self._message("in_progress", []))
+            self._note("response.content_part.added", **self._part_ref(),
+                       part=_output_text(""))
+        self._text += delta.text
+        self._note("response.output_text.delta", **self._part_ref(), delta=delta.text,
+                   logprobs=[])
+
+    def call(self, call: ToolCall) -> None:
+        self.close()
+        item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
+                "call_id": call.id, "name": call.name, "arguments": ""}
+        ref = {"item_id": item["id"], "output_index": len(self.items)}
+        self._note("response.output_item.added", output_index=ref["output_index"], item=item)
+        self._note("response.function_call_arguments.delta", **ref, delta=call.arguments)
+        self._note("response.function_call_arguments.done", **ref, name=call.name,
+                   arguments=call.arguments)
+        done = {**item, "status": "completed", "arguments": call.arguments}
+        self._note("response.output_item.done", output_index=ref["output_index"], item=done)
+        self.items.append(done)
+
+    def close(self, status: str = "completed") -> None:
+        """End the open message item, if any (``incomplete`` when cut by the token limit)."""
+        if self._message_id is None:
+            return
+        part = _output_text(self._text)
+        self._note("response.output_text.done", **self._part_ref(), text=self._text,
+                   logprobs=[])
+        self._note("response.content_part.done", **self._part_ref(), part=part)
+        done = self._message(status, [part])
+        self._note("response.output_item.done", output_index=len(self.items), item=done)
+        self.items.append(done)
+        self._message_id = None
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _usage(finished: Finished) -> dict[str, Any]:
+    return {
+        "input_tokens": finished.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": finished.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+    }
+
+
+async def responses(request: Request, registry: ModelRegistry) -> Response:
+    parsed = parse_responses_request(await read_json_body(request))
+    model = registry.get(parsed.basics.model)
+    response_id = new_id("resp_")
+    created = int(time.time())
+    body = parsed.body
+
+    def response(status: str, output: list[dict[str, Any]], *,
+                 finished: Finished | None = None,
+                 error: RequestError | None = None) -> dict[str, Any]:
+        incomplete = status == "incomplete"
+        return {
+            "id": response_id,
+            "object": "response",
+            "created_at": created,
+            "status": status,
+            "error": None if error is None else {"code": error.code or error.error_type,
+                                                 "message": error.message},
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": parsed.basics.max_tokens,
+            "model": model.name,
+            "output": output,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": None,
+            "store": False,
+            "temperature": body.get("temperature"),
+            "top_p": body.get("top_p"),
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [],
+            "truncation": "disabled",
+            "metadata": body.get("metadata") or {},
+            "usage": None if finished is None else _usage(finished),
+        }
+
+    def final_status(finished: Finished) -> str:
+        return "incomplete" if finished.finish_reason == "length" else "completed"
+
+    async def build() -> GenerationRequest:
+        return await chat_generation(model, parsed.messages, parsed.output, parsed.basics)
+
+    def collect(events: list[Event], output: _Output) -> Finished | None:
+        finished = None
+        for event in events:
+            if isinstance(event, TextDelta):
+                output.text(event)
+            elif isinstance(event, ToolCall):
+                output.call(event)
+            else:
+                finished = event
+                output.close("incomplete" if event.finish_reason == "length" else "completed")
+        return finished
+
+    def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
+        output = _Output()
+        finished = collect(events, output)
+        assert finished is not None
+        return JSONResponse(response(final_status(finished), output.items, finished=finished))
+
+    async def to_sse(generation: GenerationRequest,
+                     events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+        sequence = 0
+
+        def emit(kind: str, **payload: Any) -> bytes:
+            nonlocal sequence
+            sequence += 1
+            return sse({"type": kind, "sequence_number": sequence - 1, **payload}, event=kind)
+
+        output = _Output()
+        yield emit("response.created", response=response("in_progress", []))
+        yield emit("response.in_progress", response=response("in_progress", []))
+        finished: Finished | None = None
+        try:
+            async with aclosing(events):  # type: ignore[type-var]
+                async for event in events:
+                    finished = collect([event], output) or finished
+                    for kind, payload in output.events:
+                        yield emit(kind, **payload)
+                    output.events.clear()
+        except (RequestError, DaemonsError) as exc:
+            error = as_request_error(exc)
+            yield emit("response.failed", response=response("failed", output.items, error=error))
+            return
+        assert finished is not None
+        status = final_status(finished)
+        yield emit(f"response.{status}",
+                   response=response(status, output.items, finished=finished))
+
+    return await run_generation(request, model, build, stream=parsed.basics.stream, to_sse=to_sse,
+                                to_response=to_response)

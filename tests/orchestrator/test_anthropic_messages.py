@@ -1,0 +1,134 @@
+"""Anthropic Messages (``/v1/messages``, ``/v1/messages/count_tokens``) end to end, the
+``anthropic`` client's stream accumulator and models as the oracle."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from tests.orchestrator._dialogues import (
+    ANTHROPIC_TOOLS,
+    EXPECTED_ARGUMENTS,
+    MODEL,
+    QUESTION,
+    anthropic_messages,
+)
+
+GREEDY = {"temperature": 0}
+HI = [{"role": "user", "content": "Say hi"}]
+SYSTEM = [{"type": "text", "text": "Be brief."}]
+
+
+def client_for(server) -> anthropic.Anthropic:  # type: ignore[no-untyped-def]
+    return anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+def test_text_stream_and_create_agree(server) -> None:  # type: ignore[no-untyped-def]
+    client = client_for(server)
+    with client.messages.stream(model=MODEL, system=SYSTEM, messages=HI,
+                                max_tokens=32, extra_body=GREEDY) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.content[0].type == "text" and final.content[0].text == text
+    assert final.stop_reason == "end_turn" and final.id.startswith("msg_")
+    created = client.messages.create(model=MODEL, system=SYSTEM, messages=HI,
+                                      max_tokens=32, extra_body=GREEDY)
+    assert [(b.type, b.text) for b in created.content] == [("text", text)]
+    assert created.usage.input_tokens == final.usage.input_tokens
+    assert created.usage.output_tokens == final.usage.output_tokens > 0
+    counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=HI)
+    assert counted.input_tokens == created.usage.input_tokens
+
+
+def test_max_tokens_and_stop_sequences(server) -> None:  # type: ignore[no-untyped-def]
+    client = client_for(server)
+    cut = client.messages.create(model=MODEL, messages=HI, max_tokens=1, extra_body=GREEDY)
+    assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 1
+    story = [{"role": "user", "content": "Tell me a story about a lamp."}]
+    free = client.messages.create(model=MODEL, messages=story, max_tokens=12,
+                                  extra_body=GREEDY)
+    assert free.content[0].type == "text"
+    words = free.content[0].text.split()
+    assert len(words) >= 3
+    stop = words[2]
+    stopped = client.messages.create(model=MODEL, messages=story, max_tokens=12,
+                                     extra_body=GREEDY, stop_sequences=[stop])
+    assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == stop
+    assert stopped.content[0].text == free.content[0].text[: free.content[0].text.index(stop)]
+
+
+def test_tool_use_from_history_with_tool_results(server) -> None:  # type: ignore[no-untyped-def]
+    client = client_for(server)
+    with client.messages.stream(model=MODEL, messages=anthropic_messages(),
+                                tools=ANTHROPIC_TOOLS, max_tokens=40, extra_body=GREEDY) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    [block] = final.content
+    assert block.type == "tool_use" and block.name == "get_weather"
+    assert block.input == EXPECTED_ARGUMENTS
+    created = client.messages.create(model=MODEL, messages=anthropic_messages(),
+                                      tools=ANTHROPIC_TOOLS, max_tokens=40, extra_body=GREEDY)
+    assert created.stop_reason == "tool_use"
+    assert [(b.type, b.name, b.input) for b in created.content] == [
+        ("tool_use", "get_weather", EXPECTED_ARGUMENTS)]
+
+
+def test_forced_tool_use(server) -> None:  # type: ignore[no-untyped-def]
+    # Waits on json_schema reaching the daemon's grammar.
+    with client_for(server).messages.stream(
+        model=MODEL, messages=[{"role": "user", "content": QUESTION}],
+        tools=ANTHROPIC_TOOLS, tool_choice={"type": "tool", "name": "get_weather"},
+        max_tokens=48, extra_body=GREEDY,
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    [block] = final.content
+    assert block.type == "tool_use" and block.name == "get_weather"
+    assert isinstance(block.input["city"], str)
+
+
+def test_every_event_is_named(server) -> None:  # type: ignore[no-untyped-def]
+    body = {"model": MODEL, "messages": HI, "max_tokens": 4, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.base_url}/v1/messages", json=body, timeout=60) as raw:
+        assert raw.headers["content-type"].startswith("text/event-stream")
+        frames = raw.read().decode().split("\n\n")
+    named = [f.split("\n") for f in frames if f]
+    assert all(lines[0].startswith("event: ") and lines[1].startswith("data: ")
+               for lines in named)
+    kinds = [lines[0][len("event: "):] for lines in named]
+    assert kinds[:2] == ["message_start", "ping"] and kinds[-2:] == ["message_delta",
+                                                                     "message_stop"]
+    for lines in named:
+        assert f'"type": "{lines[0][len("event: "):]}"' in lines[1]
+
+
+@pytest.mark.parametrize(("body", "status", "kind"), [
+    ({"model": "no-such-model", "messages": HI, "max_tokens": 4}, 404, "not_found_error"),
+    ({"model": MODEL, "messages": HI}, 400, "invalid_request_error"),
+    ({"model": MODEL, "messages": [], "max_tokens": 4}, 400, "invalid_request_error"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image"}]}],
+      "max_tokens": 4}, 400, "invalid_request_error"),
+    ({"model": MODEL, "messages": HI, "max_tokens": 4, "tool_choice": {"type": "tool"}}, 400,
+     "invalid_request_error"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "lamp " * 3000}],
+      "max_tokens": 4, "stream": True}, 400, "invalid_request_error"),
+])
+def test_errors_have_the_anthropic_shape(server, body, status, kind) -> None:  # type: ignore[no-untyped-def]
+    response = httpx.post(f"{server.base_url}/v1/messages", json=body, timeout=60)
+    assert response.status_code == status
+    error = response.json()
+    assert error["type"] == "error" and error["error"]["type"] == kind
+    assert error["error"]["message"]
+
+
+def test_sdk_raises_its_own_errors(server) -> None:  # type: ignore[no-untyped-def]
+    client = client_for(server)
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model="no-such-model", messages=HI, max_tokens=4)
+    too_long = [{"role": "user", "content": "lamp " * 3000}]
+    with pytest.raises(anthropic.BadRequestError, match="maximum context length"):
+        client.messages.create(model=MODEL, messages=too_long, max_tokens=4)
+    # Counting is how a client finds out it must compact, so it counts what does not fit.
+    counted = client.messages.count_tokens(model=MODEL, messages=too_long)
+    assert counted.input_tokens > 2048
