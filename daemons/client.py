@@ -3,7 +3,8 @@
 ``open_daemon`` spawns the native executable in its own process group, waits for
 its ready line, and yields a ``DaemonClient``. The client keeps exactly one
 command in flight (PROTOCOL.md §7), reads the stream fd exactly, maps ``err``
-replies to typed exceptions, and notices the daemon's death whenever it happens:
+replies to typed exceptions (and refuses, as ``unsupported``, a command the ready
+line's capabilities do not list), and notices the daemon's death whenever it happens:
 ``client.exited`` fires and every waiting or future command raises
 ``DaemonDiedError`` instead of hanging.
 
@@ -15,6 +16,7 @@ always reaping the child.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -23,8 +25,9 @@ import subprocess
 import tempfile
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import trio
 
@@ -32,35 +35,49 @@ from daemons.errors import DaemonDiedError, DaemonReplyError, DaemonStartError
 from daemons.roles import DaemonLaunch
 from protocol import (
     Cancel,
+    Command,
+    Compress,
     Detokenize,
     ErrReply,
+    FreeSnapshot,
     Generate,
     GenerateSummary,
     InlineIds,
     InlineText,
+    ListSlots,
     OkReply,
+    Park,
+    ParkScope,
+    ParkState,
     PieceTable,
     Quit,
     ReadyInfo,
+    Restore,
     SamplingParams,
+    SlotList,
+    Snapshot,
+    SnapshotInfo,
     Stats,
     TextFile,
     TokenFile,
     Tokenize,
     TokenStreamReader,
+    Unpark,
     Vocab,
     parse_reply_line,
     parse_startup_line,
     write_token_file,
 )
 
-__all__ = ["DaemonClient", "GenerationStream", "open_daemon"]
+__all__ = ["DaemonClient", "DecodeOptions", "GenerationStream", "open_daemon"]
 
 log = logging.getLogger("lucerna.daemon")
 
 # Prompts longer than this go through a token file rather than inline ids, so a
-# 128K-token prompt never becomes a megabyte-long command line.
+# 128K-token prompt never becomes a megabyte-long command line; long texts (prompts to
+# tokenize, grammars) go through a text file for the same reason.
 _INLINE_IDS_MAX = 512
+_INLINE_TEXT_MAX = 2048
 _STDERR_TAIL_LINES = 40
 _QUIT_GRACE_S = 5.0
 _TERM_GRACE_S = 5.0
@@ -101,6 +118,25 @@ def describe_exit(returncode: int | None) -> str:
             name = f"signal {-returncode}"
         return f"was killed by {name}"
     return f"exited with status {returncode}"
+
+
+class DecodeOptions(TypedDict, total=False):
+    """Keyword options of ``DaemonClient.generate`` and ``restore`` (PROTOCOL.md 5.1).
+
+    Each one left out takes the daemon's default.
+    """
+
+    sampling: SamplingParams | None
+    """How tokens are picked; greedy by default."""
+    stop: Sequence[int]
+    """Token ids that end the generation (the stop token is streamed)."""
+    ignore_eos: bool
+    """Do not stop at end-of-generation tokens."""
+    grammar: str | None
+    """GBNF text every sampled token must satisfy (long grammars go via a file)."""
+    snap: tuple[int, int] | None
+    """``(L, S)``: snapshot into slot ``S`` once the first ``L`` prompt tokens are in;
+    pick ``L`` a multiple of the daemon's ``--chunk`` for an exact restore (5.5)."""
 
 
 class DaemonClient:
@@ -228,10 +264,15 @@ class DaemonClient:
         write_token_file(path, ids)
         return TokenFile(path)
 
-    async def _command(self, line: bytes, expect: str) -> OkReply:
-        async with self._lock:
-            await self._send(line)
-            reply = await self._read_reply()
+    def _text_ref(self, text: str) -> InlineText | TextFile:
+        if len(text) <= _INLINE_TEXT_MAX:
+            return InlineText(text)
+        path = self._scratch_path(".txt")
+        path.write_text(text, encoding="utf-8")
+        return TextFile(path)
+
+    def _answer(self, reply: OkReply | ErrReply, expect: str) -> OkReply:
+        """The ``ok`` reply to ``expect``; an ``err`` reply raises DaemonReplyError."""
         if isinstance(reply, ErrReply):
             raise self._reply_error(reply)
         if reply.command != expect:
@@ -239,74 +280,141 @@ class DaemonClient:
                                    role=self.role, pid=self.pid, argv=self.argv)
         return reply
 
-    async def _stream_command(self, line: bytes, expect: str) -> tuple[list[int], OkReply]:
+    def _check_served(self, command: Command) -> None:
+        """Refuse a command the ready line does not list, as the daemon would (``unsupported``).
+
+        Asking anyway is not only wasted: a daemon of an older protocol answers a stream
+        command it does not know without ending its stream, which would hang the reader.
+        """
+        if self.ready is not None and command.name not in self.ready.capabilities:
+            raise DaemonReplyError(
+                "unsupported",
+                f"{command.name} is not in the capabilities of this daemon "
+                f"({','.join(sorted(self.ready.capabilities))})",
+                role=self.role, pid=self.pid, argv=self.argv)
+
+    async def _command(self, command: Command) -> OkReply:
+        self._check_served(command)
         async with self._lock:
-            await self._send(line)
+            await self._send(command.encode())
+            reply = await self._read_reply()
+        return self._answer(reply, command.name)
+
+    async def _stream_command(self, command: Command) -> tuple[list[int], OkReply]:
+        self._check_served(command)
+        async with self._lock:
+            await self._send(command.encode())
             self._tokens.reset()
             values: list[int] = []
             while not self._tokens.finished:
                 values.extend(await self._read_stream_chunk())
             reply = await self._read_reply()
-        if isinstance(reply, ErrReply):
-            raise self._reply_error(reply)
-        return values, reply
+        return values, self._answer(reply, command.name)
 
     # --- commands -------------------------------------------------------------------
 
     async def tokenize(self, text: str, *, special: bool = True,
                        add_bos: bool | None = None) -> list[int]:
-        if len(text) > 4096:
-            path = self._scratch_path(".txt")
-            path.write_text(text, encoding="utf-8")
-            source: InlineText | TextFile = TextFile(path)
-        else:
-            source = InlineText(text)
         ids, _ = await self._stream_command(
-            Tokenize(source, special=special, add_bos=add_bos).encode(), "tokenize")
+            Tokenize(self._text_ref(text), special=special, add_bos=add_bos))
         return ids
 
     async def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
-        reply = await self._command(Detokenize(self._ids_ref(ids), special=special).encode(),
-                                    "detokenize")
+        reply = await self._command(Detokenize(self._ids_ref(ids), special=special))
         return reply.fields.get("text", "")
 
     async def piece_table(self) -> PieceTable:
         path = self._scratch_path(".msgpack")
-        await self._command(Vocab(path).encode(), "vocab")
+        await self._command(Vocab(path))
         table = PieceTable.from_file(path)
         path.unlink(missing_ok=True)
         return table
 
-    async def stats(self) -> dict[str, str]:
-        return (await self._command(Stats().encode(), "stats")).fields
+    async def stats(self, path: str | os.PathLike[str] | None = None) -> dict[str, str]:
+        """The ``ok stats`` fields (PROTOCOL.md 5.3); with ``path``, also as msgpack there."""
+        return (await self._command(Stats(path))).fields
 
-    @asynccontextmanager
-    async def generate(
-        self,
-        prompt: Sequence[int],
-        n_gen: int,
-        *,
-        sampling: SamplingParams | None = None,
-        stop: Sequence[int] = (),
-        ignore_eos: bool = False,
-    ) -> AsyncIterator[GenerationStream]:
+    def generate(
+        self, prompt: Sequence[int], n_gen: int, **options: Unpack[DecodeOptions]
+    ) -> AbstractAsyncContextManager[GenerationStream]:
         """Run one generation; iterate the yielded stream for tokens as they land.
 
-        Leaving the block early (a stop string matched, the client went away, the
-        task was cancelled) sends ``cancel`` and drains the stream, so the daemon is
-        ready for the next command.
+        ``options`` are those of :class:`DecodeOptions`. Leaving the block early (a stop
+        string matched, the client went away, the task was cancelled) sends ``cancel``
+        and drains the stream, so the daemon is ready for the next command.
         """
-        command = Generate(self._ids_ref(prompt), n_gen, sampling=sampling, stop=tuple(stop),
-                           ignore_eos=ignore_eos)
+        return self._decode(None, prompt, n_gen, options)
+
+    def restore(
+        self, slot: int, prompt: Sequence[int], n_gen: int, **options: Unpack[DecodeOptions]
+    ) -> AbstractAsyncContextManager[GenerationStream]:
+        """Like ``generate``, from the snapshot in ``slot``: only what it lacks is prefilled.
+
+        The slot's tokens must be a prefix of ``prompt`` (else ``snapshot_mismatch``); the
+        stream's summary has ``n_reused``, the tokens taken from the slot.
+        """
+        return self._decode(slot, prompt, n_gen, options)
+
+    @asynccontextmanager
+    async def _decode(
+        self, slot: int | None, prompt: Sequence[int], n_gen: int, options: DecodeOptions
+    ) -> AsyncIterator[GenerationStream]:
+        """The one path of ``generate`` and ``restore``: send, stream, always end clean."""
+        grammar = options.get("grammar")
+        build = Generate if slot is None else functools.partial(Restore, slot)
+        command = build(
+            self._ids_ref(prompt),
+            n_gen,
+            options.get("sampling"),
+            stop=tuple(options.get("stop", ())),
+            ignore_eos=options.get("ignore_eos", False),
+            grammar=None if grammar is None else self._text_ref(grammar),
+            snap=options.get("snap"),
+        )
+        self._check_served(command)
         async with self._lock:
             await self._send(command.encode())
             self._tokens.reset()
-            stream = GenerationStream(self)
+            stream = GenerationStream(self, command.name)
             try:
                 yield stream
             finally:
                 if not stream.done:
                     await self._abandon(stream)
+
+    async def snapshot(self, slot: int) -> SnapshotInfo:
+        """Copy the live sequence into ``slot`` (PROTOCOL.md 5.5)."""
+        return SnapshotInfo.from_reply(await self._command(Snapshot(slot)))
+
+    async def free_snapshot(self, slot: int) -> int:
+        """Release ``slot``; returns the host bytes freed."""
+        return (await self._command(FreeSnapshot(slot))).int_field("bytes")
+
+    async def list_slots(self) -> SlotList:
+        return SlotList.from_reply(await self._command(ListSlots()))
+
+    async def park(self, which: ParkScope = "all") -> ParkState:
+        """Release weights and context, keeping the process, tokenizer and slots (5.6)."""
+        return ParkState.from_reply(await self._command(Park(which)))
+
+    async def unpark(self, which: ParkScope = "all") -> ParkState:
+        """Load the weights again; generation is then identical to before the park."""
+        return ParkState.from_reply(await self._command(Unpark(which)))
+
+    async def compress(
+        self,
+        ids: Sequence[int],
+        keep_x1000: int,
+        *,
+        lookahead: int | None = None,
+        chunk: int | None = None,
+        pool: int | None = None,
+    ) -> list[int]:
+        """The ids the pflash drafter keeps of ``ids``, in their order (PROTOCOL.md 5.7)."""
+        command = Compress(self._ids_ref(ids), keep_x1000, lookahead=lookahead, chunk=chunk,
+                           pool=pool)
+        kept, _ = await self._stream_command(command)
+        return kept
 
     async def _abandon(self, stream: GenerationStream) -> None:
         with trio.CancelScope(shield=True):
@@ -314,16 +422,16 @@ class DaemonClient:
                 return
             try:
                 with trio.fail_after(_CANCEL_DRAIN_S):
-                    expected = {"generate"}
+                    replies = 1
                     if self.ready is not None and "cancel" in self.ready.capabilities:
                         assert self.process.stdin is not None
                         await self.process.stdin.send_all(Cancel().encode())
-                        expected.add("cancel")
+                        replies += 1
                     while not self._tokens.finished:
                         await self._read_stream_chunk()
                     # Replies come in command order; an error reply can only be the
-                    # generate's, since cancel always succeeds.
-                    for _ in range(len(expected)):
+                    # generation's, since cancel always succeeds.
+                    for _ in range(replies):
                         await self._read_reply()
                     stream.done = True
             except (trio.TooSlowError, DaemonDiedError, trio.BrokenResourceError,
@@ -374,10 +482,11 @@ class DaemonClient:
 
 
 class GenerationStream:
-    """Tokens of one ``generate`` as they arrive; ``summary`` once it has finished."""
+    """Tokens of one ``generate`` or ``restore`` as they arrive; ``summary`` once finished."""
 
-    def __init__(self, client: DaemonClient) -> None:
+    def __init__(self, client: DaemonClient, command: str) -> None:
         self._client = client
+        self._reply_to = command
         self._pending: deque[int] = deque()
         self.done = False
         self.summary: GenerateSummary | None = None
@@ -392,9 +501,8 @@ class GenerationStream:
                 if not self.done:
                     reply = await client._read_reply()
                     self.done = True
-                    if isinstance(reply, ErrReply):
-                        raise client._reply_error(reply)
-                    self.summary = GenerateSummary.from_reply(reply)
+                    self.summary = GenerateSummary.from_reply(
+                        client._answer(reply, self._reply_to))
                 raise StopAsyncIteration
             self._pending.extend(await client._read_stream_chunk())
         return self._pending.popleft()

@@ -36,6 +36,8 @@ __all__ = [
     "ENGINE_PIN",
     "EngineBuild",
     "EnginePin",
+    "cmake_args",
+    "engine_root",
     "ensure_engine",
     "ensure_engine_source",
     "selected_backend",
@@ -116,7 +118,7 @@ def selected_backend() -> str:
     return backend
 
 
-def _engine_root(pin: EnginePin) -> Path:
+def engine_root(pin: EnginePin) -> Path:
     return lucerna_cache_dir() / "engine" / pin.name
 
 
@@ -159,7 +161,7 @@ def _download_sdist(pin: EnginePin, progress: Progress) -> Path:
 
 def ensure_engine_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print) -> Path:
     """Return the unpacked llama.cpp tree of the pinned sdist, fetching it if needed."""
-    root = _engine_root(pin)
+    root = engine_root(pin)
     source = root / "src"
     stamp = root / "src.sha256"
     if stamp.exists() and stamp.read_text().strip() == pin.sha256 and source.is_dir():
@@ -207,7 +209,7 @@ def _cuda_archs() -> str:
     return _CUDA_PORTABLE_ARCHS
 
 
-def _cmake_args(backend: str) -> list[str]:
+def cmake_args(backend: str) -> list[str]:
     args = [*_COMMON_CMAKE_ARGS, *_BACKEND_CMAKE_ARGS[backend]]
     if backend == "cuda":
         args.append(f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_archs()}")
@@ -222,9 +224,9 @@ def ensure_engine(
     if backend not in BACKENDS:
         raise BuildError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     source = ensure_engine_source(pin, progress)
-    build_dir = _engine_root(pin) / f"build-{backend}"
+    build_dir = engine_root(pin) / f"build-{backend}"
     build = EngineBuild(pin=pin, backend=backend, source_dir=source, build_dir=build_dir)
-    wanted = {"args": _cmake_args(backend), "targets": list(ENGINE_TARGETS), "sha256": pin.sha256}
+    wanted = {"args": cmake_args(backend), "targets": list(ENGINE_TARGETS), "sha256": pin.sha256}
     stamp = build_dir / "lucerna-engine.json"
 
     def is_built() -> bool:
@@ -232,7 +234,7 @@ def ensure_engine(
 
     if is_built():
         return build
-    with file_lock(_engine_root(pin) / f".lock-{backend}"):
+    with file_lock(engine_root(pin) / f".lock-{backend}"):
         if is_built():
             return build
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -244,7 +246,7 @@ def ensure_engine(
             f"with {jobs} jobs into {build_dir}; this happens once and takes minutes"
         )
         run_build_step(
-            ["cmake", "-S", str(source), "-B", str(build_dir), *_cmake_args(backend)],
+            ["cmake", "-S", str(source), "-B", str(build_dir), *cmake_args(backend)],
             "configuring the engine", log, progress,
         )
         run_build_step(

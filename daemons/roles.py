@@ -39,8 +39,9 @@ ROLES: dict[str, RoleSpec] = {
         RoleSpec(
             name="laguna",
             executable="lucerna-laguna",
-            architectures=frozenset({"laguna"}),
-            summary="target: the Laguna mixture-of-experts model",
+            architectures=frozenset({"laguna", "deepseek4"}),
+            summary="target: the mixture-of-experts models (Laguna, DeepSeek V4; experts may "
+            "stay in host memory or live on a ds4_shard over ggml RPC)",
             is_target=True,
         ),
         RoleSpec(
@@ -54,7 +55,8 @@ ROLES: dict[str, RoleSpec] = {
             name="ds4_shard",
             executable="lucerna-ds4-shard",
             architectures=frozenset({"deepseek4"}),
-            summary="expert shard: serves DeepSeek V4 experts to another daemon",
+            summary="expert shard: serves a device over ggml RPC, so a DeepSeek V4 target "
+            "can keep its routed experts on another GPU or host",
             is_target=False,
         ),
     )
@@ -82,7 +84,11 @@ def target_role_for(architecture: str) -> RoleSpec:
 
 @dataclass(frozen=True)
 class DaemonLaunch:
-    """Everything needed to start one daemon, except the stream fd (known at spawn)."""
+    """Everything needed to start one daemon, except the stream fd (known at spawn).
+
+    Each optional field is one flag of PROTOCOL.md section 1; None (or empty) leaves it
+    to the daemon's default.
+    """
 
     role: RoleSpec
     executable: Path
@@ -91,20 +97,49 @@ class DaemonLaunch:
     threads: int | None = None
     n_gpu_layers: int | None = None
     seed: int | None = None
+    chunk: int | None = None
+    """Prefill chunk; snapshots at multiples of it restore exactly (PROTOCOL.md 5.5)."""
+    slots: int | None = None
+    """Snapshot slots, numbered ``0 .. slots - 1``."""
+    rpc: tuple[str, ...] = ()
+    """``HOST:PORT`` of ggml RPC servers (e.g. a ds4_shard) whose devices the engine adds."""
+    override_tensors: tuple[str, ...] = ()
+    """``REGEX=DEVICE`` tensor placements, e.g. ``ffn_.*_exps=RPC0``."""
+    experts_in_host: float | None = None
+    """laguna: share in ``[0, 1]`` of MoE layers whose experts stay in host memory."""
+    rpc_listen: str | None = None
+    """ds4_shard: ``HOST:PORT`` its ggml RPC server listens on."""
     extra_args: tuple[str, ...] = ()
     # Prepended to argv, e.g. ("ssh", "host") or ("ip", "netns", "exec", "h2").
     launcher: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name, items in (("rpc", self.rpc), ("override_tensors", self.override_tensors)):
+            if isinstance(items, str) or any(not item or "," in item for item in items):
+                raise ValueError(f"{name} must be a tuple of non-empty entries without ',', "
+                                 f"got {items!r}")
+        if any("=" not in item for item in self.override_tensors):
+            raise ValueError(f"override_tensors entries are REGEX=DEVICE, got "
+                             f"{self.override_tensors!r}")
+        if self.experts_in_host is not None and not 0 <= self.experts_in_host <= 1:
+            raise ValueError(f"experts_in_host must be in [0, 1], got {self.experts_in_host}")
+
     def argv(self, stream_fd: int | None) -> list[str]:
         args: list[str] = [*self.launcher, str(self.executable), str(self.model)]
         if stream_fd is not None:
             args.append(f"--stream-fd={stream_fd}")
-        options: Sequence[tuple[str, int | None]] = (
+        options: Sequence[tuple[str, object]] = (
             ("n-ctx", self.n_ctx),
             ("threads", self.threads),
             ("n-gpu-layers", self.n_gpu_layers),
             ("seed", self.seed),
+            ("chunk", self.chunk),
+            ("slots", self.slots),
+            ("rpc", ",".join(self.rpc) or None),
+            ("override-tensor", ",".join(self.override_tensors) or None),
+            ("experts-in-host", self.experts_in_host),
+            ("rpc-listen", self.rpc_listen),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)
         args.extend(self.extra_args)

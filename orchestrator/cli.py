@@ -7,6 +7,7 @@
     lucerna models    write the small random-weight test models; print their paths
     lucerna daemon    run one daemon in the foreground (its stdin protocol is yours;
                       stream values are shown on stderr as `S: ... -1` lines)
+    lucerna bench     benchmark an endpoint, or Lucerna against llama-server on one GGUF
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from daemons.errors import DaemonsError
 from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
 from daemons.roles import ROLES, role_named
+from orchestrator.bench.cli import add_bench_parser
 from orchestrator.config import (
     Overrides,
     apply_overrides,
@@ -242,10 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="write the random-weight test models")
     models.set_defaults(func=cmd_models)
 
-    daemon = sub.add_parser("daemon", help="run one daemon in the foreground")
+    daemon = sub.add_parser("daemon", help="run one daemon in the foreground; its stream values "
+                            "show on stderr unless you pass --stream-fd")
     daemon.add_argument("role", choices=sorted(ROLES))
     daemon.add_argument("model", help="GGUF file")
     daemon.set_defaults(func=cmd_daemon, passthrough="daemon")
+
+    add_bench_parser(sub)
     return parser
 
 

@@ -8,32 +8,42 @@ or piece table at a path you give. ``PROTOCOL.md`` next to this file is the cont
 
 from __future__ import annotations
 
-from ._codes import PROTOCOL_VERSION, STREAM_END, ErrorCode, FinishReason, TokenAttr
+from ._codes import (
+    PROTOCOL_VERSION,
+    STREAM_END,
+    ErrorCode,
+    FinishReason,
+    ModelState,
+    TokenAttr,
+)
 from ._commands import (
     Cancel,
-    Command,
+    Compress,
     Detokenize,
-    Generate,
+    Park,
+    ParkScope,
     Quit,
     Stats,
     Tokenize,
+    Unpark,
     Vocab,
-    parse_command,
 )
 from ._lines import CommandLine, encode_line, parse_command_line
+from ._parse import Command, parse_command
 from ._percent import decode_value, decode_value_bytes, encode_value
 from ._pieces import PieceTable
 from ._refs import IdsRef, InlineIds, InlineText, TextFile, TextRef, TokenFile
 from ._replies import (
     ErrReply,
-    GenerateSummary,
     OkReply,
     ReadyInfo,
     parse_reply_line,
     parse_startup_line,
 )
 from ._sampling import SamplingParams
+from ._sequence import FreeSnapshot, Generate, ListSlots, Restore, Snapshot
 from ._stream import TokenStreamReader
+from ._summaries import CompressSummary, GenerateSummary, ParkState, SlotList, SnapshotInfo
 from ._tokens import decode_token_bytes, encode_token_bytes, read_token_file, write_token_file
 from .errors import (
     CommandError,
@@ -52,24 +62,36 @@ __all__ = [
     "Command",
     "CommandError",
     "CommandLine",
+    "Compress",
+    "CompressSummary",
     "Detokenize",
     "ErrReply",
     "ErrorCode",
     "FinishReason",
+    "FreeSnapshot",
     "Generate",
     "GenerateSummary",
     "IdsRef",
     "InlineIds",
     "InlineText",
+    "ListSlots",
     "MalformedLineError",
+    "ModelState",
     "OkReply",
+    "Park",
+    "ParkScope",
+    "ParkState",
     "PieceTable",
     "PieceTableError",
     "ProtocolError",
     "ProtocolVersionError",
     "Quit",
     "ReadyInfo",
+    "Restore",
     "SamplingParams",
+    "SlotList",
+    "Snapshot",
+    "SnapshotInfo",
     "Stats",
     "StreamFramingError",
     "TextFile",
@@ -79,6 +101,7 @@ __all__ = [
     "TokenFileError",
     "TokenStreamReader",
     "Tokenize",
+    "Unpark",
     "Vocab",
     "decode_token_bytes",
     "decode_value",

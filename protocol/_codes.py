@@ -1,4 +1,4 @@
-"""Constants of the wire format: version, stream terminator, error codes, finish reasons."""
+"""Constants of the wire format: version, stream end, error codes, finish reasons, states."""
 
 from __future__ import annotations
 
@@ -33,6 +33,16 @@ class ErrorCode(enum.StrEnum):
     NO_STREAM_FD = "no_stream_fd"
     DECODE_FAILED = "decode_failed"
     IO_FAILED = "io_failed"
+    UNSUPPORTED = "unsupported"
+    LINE_TOO_LONG = "line_too_long"
+    BAD_GRAMMAR = "bad_grammar"
+    BAD_SLOT = "bad_slot"
+    EMPTY_SLOT = "empty_slot"
+    EMPTY_SEQUENCE = "empty_sequence"
+    SNAPSHOT_MISMATCH = "snapshot_mismatch"
+    SNAPSHOT_FAILED = "snapshot_failed"
+    PARKED = "parked"
+    RPC_FAILED = "rpc_failed"
 
     @property
     def is_startup(self) -> bool:
@@ -51,6 +61,7 @@ _EXIT_CODES: dict[ErrorCode, int] = {
     ErrorCode.WRONG_ARCH: 3,
     ErrorCode.LOAD_FAILED: 3,
     ErrorCode.CONTEXT_FAILED: 4,
+    ErrorCode.RPC_FAILED: 5,
 }
 
 
@@ -61,6 +72,14 @@ class FinishReason(enum.StrEnum):
     LENGTH = "length"
     STOP = "stop"
     CANCELLED = "cancelled"
+
+
+class ModelState(enum.StrEnum):
+    """Where a model of a daemon stands: the ``target=``/``draft=`` fields of ``park`` (5.6)."""
+
+    PARKED = "parked"
+    READY = "ready"
+    ABSENT = "absent"
 
 
 class TokenAttr(enum.IntFlag):

@@ -1,118 +1,47 @@
-"""Commands a client writes on a daemon's stdin (PROTOCOL.md section 5).
+"""Commands that do not decode the live sequence (PROTOCOL.md sections 5, 5.3, 5.6, 5.7).
 
 Each command is a frozen dataclass that validates its arguments when built and knows
-its wire form (:meth:`encode`). :func:`parse_command` is the inverse and the reference
-reading of a command line: it raises :class:`~protocol.CommandError` with the exact
-``err`` code a daemon answers, so test doubles and future daemons agree with the C++ one.
+its wire form (``encode()``); ``_parse`` reads them back. The commands that decode or
+keep the live sequence (``generate``, ``restore``, the snapshot slots) are in
+``_sequence``.
 """
 
 from __future__ import annotations
 
-import operator
 import os
-import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, SupportsIndex, TypeAlias
+from typing import ClassVar, Literal, TypeAlias
 
-from ._codes import ErrorCode
-from ._lines import EMPTY_LINE, CommandLine, encode_line, parse_command_line
-from ._refs import (
-    INT32_MAX,
-    IdOutOfRangeError,
-    InlineIds,
-    InlineText,
-    TextFile,
-    TokenFile,
-    check_token_ids,
-    ids_ref_from_word,
-    parse_id_list,
-    text_ref_from_word,
+from ._command_base import (
+    CommandBase,
+    as_bool,
+    bool_word,
+    check_ids_ref,
+    check_option_path,
+    check_text_ref,
+    int_in_range,
 )
-from ._sampling import SamplingParams
-from .errors import CommandError, MalformedLineError
+from ._refs import InlineIds, InlineText, TextFile, TokenFile
 
 __all__ = [
+    "COMPRESS_OPTIONS",
+    "KEEP_X1000_MAX",
+    "PARK_SCOPES",
     "Cancel",
-    "Command",
+    "Compress",
     "Detokenize",
-    "Generate",
+    "Park",
+    "ParkScope",
     "Quit",
     "Stats",
     "Tokenize",
+    "Unpark",
     "Vocab",
-    "parse_command",
 ]
 
 
-class _CommandBase:
-    """Shared wire behaviour; subclasses say their word, arguments and options."""
-
-    __slots__ = ()
-
-    name: ClassVar[str]
-    """The command word."""
-    is_stream: ClassVar[bool] = False
-    """Whether the result goes to the stream fd (then ``-1``) before the reply line."""
-
-    def encode(self) -> bytes:
-        """The command line, ``\\n`` included."""
-        return encode_line([self.name, *self._args()], self._options())
-
-    def _args(self) -> list[str]:
-        return []
-
-    def _options(self) -> dict[str, str]:
-        return {}
-
-
 @dataclass(frozen=True, slots=True)
-class Generate(_CommandBase):
-    """``generate <ids> <n_gen> [options]``: prefill ``prompt``, then decode up to ``n_gen``.
-
-    ``sampling=None`` is stored as ``SamplingParams()`` (greedy, daemon defaults), so
-    ``.sampling`` is always a :class:`SamplingParams`.
-    """
-
-    name: ClassVar[str] = "generate"
-    is_stream: ClassVar[bool] = True
-
-    prompt: InlineIds | TokenFile
-    n_gen: int
-    sampling: SamplingParams | None = None
-    stop: tuple[int, ...] = ()
-    ignore_eos: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.prompt, InlineIds | TokenFile):
-            raise ValueError(f"prompt must be InlineIds or TokenFile, not {self.prompt!r}")
-        if isinstance(self.prompt, InlineIds) and not self.prompt.ids:
-            raise ValueError("generate needs at least one prompt token")
-        n_gen = _as_int("n_gen", self.n_gen)
-        if not 1 <= n_gen <= INT32_MAX:
-            raise ValueError(f"n_gen must be in [1, 2**31), got {n_gen}")
-        object.__setattr__(self, "n_gen", n_gen)
-        if self.sampling is None:
-            object.__setattr__(self, "sampling", SamplingParams())
-        elif not isinstance(self.sampling, SamplingParams):
-            raise ValueError(f"sampling must be SamplingParams, not {self.sampling!r}")
-        object.__setattr__(self, "stop", check_token_ids(self.stop, "stop token"))
-        object.__setattr__(self, "ignore_eos", _as_bool("ignore_eos", self.ignore_eos))
-
-    def _args(self) -> list[str]:
-        return [self.prompt.word(), str(self.n_gen)]
-
-    def _options(self) -> dict[str, str]:
-        options = self.sampling.to_options() if self.sampling is not None else {}
-        if self.stop:
-            options["stop"] = ",".join(map(str, self.stop))
-        if self.ignore_eos:
-            options["ignore_eos"] = "1"
-        return options
-
-
-@dataclass(frozen=True, slots=True)
-class Tokenize(_CommandBase):
+class Tokenize(CommandBase):
     """``tokenize <text> [special=0|1] [add_bos=0|1]``: ids to the stream, then ``ok tokenize n=``.
 
     ``special`` parses control-token text such as ``<start_of_turn>``; ``add_bos=None``
@@ -127,11 +56,10 @@ class Tokenize(_CommandBase):
     add_bos: bool | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.text, InlineText | TextFile):
-            raise ValueError(f"text must be InlineText or TextFile, not {self.text!r}")
-        object.__setattr__(self, "special", _as_bool("special", self.special))
+        check_text_ref("text", self.text)
+        object.__setattr__(self, "special", as_bool("special", self.special))
         if self.add_bos is not None:
-            object.__setattr__(self, "add_bos", _as_bool("add_bos", self.add_bos))
+            object.__setattr__(self, "add_bos", as_bool("add_bos", self.add_bos))
 
     def _args(self) -> list[str]:
         return [self.text.word()]
@@ -141,12 +69,12 @@ class Tokenize(_CommandBase):
         if not self.special:
             options["special"] = "0"
         if self.add_bos is not None:
-            options["add_bos"] = _bool_word(self.add_bos)
+            options["add_bos"] = bool_word(self.add_bos)
         return options
 
 
 @dataclass(frozen=True, slots=True)
-class Detokenize(_CommandBase):
+class Detokenize(CommandBase):
     """``detokenize <ids> [special=0|1]``: ``ok detokenize text=<percent-encoded>``.
 
     ``special`` renders control tokens as text.
@@ -158,9 +86,8 @@ class Detokenize(_CommandBase):
     special: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.ids, InlineIds | TokenFile):
-            raise ValueError(f"ids must be InlineIds or TokenFile, not {self.ids!r}")
-        object.__setattr__(self, "special", _as_bool("special", self.special))
+        check_ids_ref("ids", self.ids)
+        object.__setattr__(self, "special", as_bool("special", self.special))
 
     def _args(self) -> list[str]:
         return [self.ids.word()]
@@ -170,7 +97,7 @@ class Detokenize(_CommandBase):
 
 
 @dataclass(frozen=True, slots=True)
-class Vocab(_CommandBase):
+class Vocab(CommandBase):
     """``vocab <path>``: write the piece table (a msgpack map) to ``path``."""
 
     name: ClassVar[str] = "vocab"
@@ -178,31 +105,40 @@ class Vocab(_CommandBase):
     path: str | os.PathLike[str]
 
     def __post_init__(self) -> None:
-        path = os.fspath(self.path)
-        if not isinstance(path, str) or not path or "\0" in path:
-            raise ValueError(f"vocab path must be non-empty text without NUL, got {path!r}")
-        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "path", check_option_path("vocab", self.path))
 
     def _args(self) -> list[str]:
         return [os.fspath(self.path)]
 
 
 @dataclass(frozen=True, slots=True)
-class Stats(_CommandBase):
-    """``stats``: ``ok stats key=value ...`` (section 5.3)."""
+class Stats(CommandBase):
+    """``stats [path=<path>]``: ``ok stats key=value ...`` (section 5.3).
+
+    With ``path`` the daemon also writes the same fields as a msgpack map there.
+    """
 
     name: ClassVar[str] = "stats"
 
+    path: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.path is not None:
+            object.__setattr__(self, "path", check_option_path("stats", self.path))
+
+    def _options(self) -> dict[str, str]:
+        return {} if self.path is None else {"path": os.fspath(self.path)}
+
 
 @dataclass(frozen=True, slots=True)
-class Quit(_CommandBase):
+class Quit(CommandBase):
     """``quit`` (or ``exit``): ``ok quit``, then the daemon exits 0."""
 
     name: ClassVar[str] = "quit"
 
 
 @dataclass(frozen=True, slots=True)
-class Cancel(_CommandBase):
+class Cancel(CommandBase):
     """``cancel``: stop every ``generate`` sent before it that has not finished (section 5.4).
 
     The reply is ``ok cancel running=1`` if there was one, else ``running=0``. Not a
@@ -213,157 +149,82 @@ class Cancel(_CommandBase):
     name: ClassVar[str] = "cancel"
 
 
-Command: TypeAlias = Generate | Tokenize | Detokenize | Vocab | Stats | Quit | Cancel
+ParkScope: TypeAlias = Literal["all", "target", "draft"]
+"""Which models ``park`` and ``unpark`` act on: the target, the draft, or both."""
+
+PARK_SCOPES: tuple[ParkScope, ...] = ("all", "target", "draft")
 
 
-def parse_command(line: str | bytes) -> Command:
-    """Read a command line the way a daemon does.
+@dataclass(frozen=True, slots=True)
+class _Residency(CommandBase):
+    """``park``/``unpark [target|draft|all]``; ``all``, the default, is not written."""
 
-    A daemon skips blank lines before this (they get no reply).
+    which: ParkScope = "all"
 
-    Raises:
-        CommandError: with ``code`` the ``err`` code to answer: ``unknown_command``,
-            ``bad_args``, ``empty_prompt`` or ``bad_token``.
+    def __post_init__(self) -> None:
+        if self.which not in PARK_SCOPES:
+            raise ValueError(f"which must be one of {', '.join(PARK_SCOPES)}, got {self.which!r}")
+
+    def _args(self) -> list[str]:
+        return [] if self.which == "all" else [self.which]
+
+
+@dataclass(frozen=True, slots=True)
+class Park(_Residency):
+    """``park [target|draft|all]``: release weights and context, keep tokenizer and slots (5.6).
+
+    The reply (``ok park target=.. draft=.. rss_kb=..``) reads as a
+    :class:`~protocol.ParkState`.
     """
-    try:
-        parsed = parse_command_line(line)
-    except MalformedLineError as exc:
-        if exc.message == EMPTY_LINE:
-            raise CommandError(ErrorCode.UNKNOWN_COMMAND, EMPTY_LINE, line=line) from None
-        raise CommandError(ErrorCode.BAD_ARGS, exc.message, line=line) from None
-    parser = _PARSERS.get(parsed.command)
-    if parser is None:
-        raise CommandError(
-            ErrorCode.UNKNOWN_COMMAND,
-            f"{parsed.command} is not a command; see capabilities in the ready line",
-            line=line,
+
+    name: ClassVar[str] = "park"
+
+
+@dataclass(frozen=True, slots=True)
+class Unpark(_Residency):
+    """``unpark [target|draft|all]``: load the weights again into a fresh context (5.6)."""
+
+    name: ClassVar[str] = "unpark"
+
+
+KEEP_X1000_MAX = 1000
+COMPRESS_OPTIONS = ("lookahead", "chunk", "pool")
+
+
+@dataclass(frozen=True, slots=True)
+class Compress(CommandBase):
+    """``compress <ids> <keep_x1000> [lookahead=N] [chunk=N] [pool=N]`` (pflash, section 5.7).
+
+    Keeps the best ``keep_x1000 / 1000`` of the prompt, in chunk units, and writes the
+    kept ids in their original order to the stream. ``None`` leaves an option to the
+    daemon's default (lookahead 8, chunk 32, pool 13); a value given is written even
+    when it equals the default.
+    """
+
+    name: ClassVar[str] = "compress"
+    is_stream: ClassVar[bool] = True
+
+    ids: InlineIds | TokenFile
+    keep_x1000: int
+    lookahead: int | None = None
+    chunk: int | None = None
+    pool: int | None = None
+
+    def __post_init__(self) -> None:
+        check_ids_ref("ids", self.ids)
+        if isinstance(self.ids, InlineIds) and not self.ids.ids:
+            raise ValueError("compress needs at least one prompt token")
+        object.__setattr__(
+            self, "keep_x1000", int_in_range("keep_x1000", self.keep_x1000, 1, KEEP_X1000_MAX)
         )
-    try:
-        return parser(parsed)
-    except _Refusal as exc:
-        raise CommandError(exc.code, str(exc), line=line) from None
-    except IdOutOfRangeError as exc:
-        raise CommandError(ErrorCode.BAD_TOKEN, str(exc), line=line) from None
-    except ValueError as exc:
-        raise CommandError(ErrorCode.BAD_ARGS, f"{parsed.command}: {exc}", line=line) from None
+        for key in COMPRESS_OPTIONS:
+            value = getattr(self, key)
+            if value is not None:
+                object.__setattr__(self, key, int_in_range(key, value, 1))
 
+    def _args(self) -> list[str]:
+        return [self.ids.word(), str(self.keep_x1000)]
 
-class _Refusal(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _expect(parsed: CommandLine, usage: str, n_args: int, keys: frozenset[str]) -> None:
-    if len(parsed.args) != n_args:
-        raise _Refusal(
-            ErrorCode.BAD_ARGS,
-            f"{parsed.command} takes {n_args} argument(s), got {len(parsed.args)}; usage: {usage}",
-        )
-    unknown = sorted(set(parsed.options) - keys)
-    if unknown:
-        raise _Refusal(
-            ErrorCode.BAD_ARGS,
-            f"{parsed.command} does not take option(s) {', '.join(unknown)}; usage: {usage}",
-        )
-
-
-_INT = re.compile(r"[+-]?[0-9]+")
-_SAMPLING_KEYS = frozenset(SamplingParams.__dataclass_fields__)
-
-
-def _parse_generate(parsed: CommandLine) -> Generate:
-    _expect(
-        parsed,
-        "generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] "
-        "[freq_pen=F] [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1]",
-        2,
-        _SAMPLING_KEYS | {"stop", "ignore_eos"},
-    )
-    prompt = ids_ref_from_word(parsed.args[0])
-    if isinstance(prompt, InlineIds) and not prompt.ids:
-        raise _Refusal(ErrorCode.EMPTY_PROMPT, "generate needs at least one prompt token")
-    n_gen = parsed.args[1]
-    if not _INT.fullmatch(n_gen) or not 1 <= int(n_gen) <= INT32_MAX:
-        raise ValueError(f"n_gen must be an integer in [1, 2**31), got {n_gen!r}")
-    return Generate(
-        prompt,
-        int(n_gen),
-        SamplingParams.from_options(parsed.options),
-        stop=parse_id_list(parsed.options.get("stop", ""), "stop"),
-        ignore_eos=_parse_bool(parsed.options, "ignore_eos", default=False),
-    )
-
-
-def _parse_tokenize(parsed: CommandLine) -> Tokenize:
-    _expect(
-        parsed, "tokenize <text> [special=0|1] [add_bos=0|1]", 1, frozenset({"special", "add_bos"})
-    )
-    add_bos = (
-        _parse_bool(parsed.options, "add_bos", default=False)
-        if "add_bos" in parsed.options
-        else None
-    )
-    return Tokenize(
-        text_ref_from_word(parsed.args[0]),
-        special=_parse_bool(parsed.options, "special", default=True),
-        add_bos=add_bos,
-    )
-
-
-def _parse_detokenize(parsed: CommandLine) -> Detokenize:
-    _expect(parsed, "detokenize <ids> [special=0|1]", 1, frozenset({"special"}))
-    return Detokenize(
-        ids_ref_from_word(parsed.args[0]),
-        special=_parse_bool(parsed.options, "special", default=False),
-    )
-
-
-def _parse_vocab(parsed: CommandLine) -> Vocab:
-    _expect(parsed, "vocab <path>", 1, frozenset())
-    return Vocab(parsed.args[0])
-
-
-def _parse_bare(cls: type[Stats | Quit | Cancel]) -> Callable[[CommandLine], Command]:
-    def parse(parsed: CommandLine) -> Command:
-        _expect(parsed, parsed.command, 0, frozenset())
-        return cls()
-
-    return parse
-
-
-_PARSERS: dict[str, Callable[[CommandLine], Command]] = {
-    "generate": _parse_generate,
-    "tokenize": _parse_tokenize,
-    "detokenize": _parse_detokenize,
-    "vocab": _parse_vocab,
-    "stats": _parse_bare(Stats),
-    "quit": _parse_bare(Quit),
-    "exit": _parse_bare(Quit),
-    "cancel": _parse_bare(Cancel),
-}
-
-
-def _parse_bool(options: Mapping[str, str], key: str, *, default: bool) -> bool:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    if raw not in ("0", "1"):
-        raise ValueError(f"{key} must be 0 or 1, got {raw!r}")
-    return raw == "1"
-
-
-def _bool_word(value: bool) -> str:
-    return "1" if value else "0"
-
-
-def _as_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, not {value!r}")
-    return value
-
-
-def _as_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
-        raise ValueError(f"{name} must be an int, not {value!r}")
-    return operator.index(value)
+    def _options(self) -> dict[str, str]:
+        options = {key: getattr(self, key) for key in COMPRESS_OPTIONS}
+        return {key: str(value) for key, value in options.items() if value is not None}

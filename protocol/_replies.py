@@ -11,14 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ._codes import PROTOCOL_VERSION, ErrorCode, FinishReason
+from ._codes import PROTOCOL_VERSION, ErrorCode
 from ._lines import encode_line, parse_pairs, split_words
 from ._percent import decode_value_bytes, encode_value
 from .errors import MalformedLineError, ProtocolVersionError
 
 __all__ = [
     "ErrReply",
-    "GenerateSummary",
     "OkReply",
     "ReadyInfo",
     "parse_reply_line",
@@ -27,7 +26,23 @@ __all__ = [
 
 _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_COMMAND_ORDER = ("generate", "tokenize", "detokenize", "vocab", "stats", "quit", "cancel")
+# The order of the capabilities table in section 5.
+_COMMAND_ORDER = (
+    "generate",
+    "tokenize",
+    "detokenize",
+    "vocab",
+    "stats",
+    "cancel",
+    "snapshot",
+    "restore",
+    "free_snapshot",
+    "list_slots",
+    "park",
+    "unpark",
+    "compress",
+    "quit",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,54 +194,6 @@ class ReadyInfo:
             if key not in pairs and key != "n_vocab":
                 pairs[key] = value
         return encode_line(["ready"], pairs)
-
-
-@dataclass(frozen=True, slots=True)
-class GenerateSummary:
-    """The fields of ``ok generate`` (section 5.1)."""
-
-    n_prompt: int
-    n_gen: int
-    finish: FinishReason
-    prefill_ms: float
-    decode_ms: float
-
-    @classmethod
-    def from_reply(cls, reply: OkReply) -> GenerateSummary:
-        """Read the summary out of an ``ok generate`` reply.
-
-        Raises:
-            MalformedLineError: not a ``generate`` reply, or a field missing or malformed.
-        """
-        if reply.command != "generate":
-            raise MalformedLineError("expected an 'ok generate' reply", line=reply._line())
-        finish = reply._required("finish")
-        try:
-            reason = FinishReason(finish)
-        except ValueError:
-            raise MalformedLineError(
-                f"finish={finish!r} is not one of {', '.join(FinishReason)}", line=reply._line()
-            ) from None
-        return cls(
-            n_prompt=reply.int_field("n_prompt"),
-            n_gen=reply.int_field("n_gen"),
-            finish=reason,
-            prefill_ms=reply.float_field("prefill_ms"),
-            decode_ms=reply.float_field("decode_ms"),
-        )
-
-    def to_reply(self) -> OkReply:
-        """The ``ok generate`` reply that carries this summary."""
-        return OkReply(
-            "generate",
-            {
-                "n_prompt": str(self.n_prompt),
-                "n_gen": str(self.n_gen),
-                "finish": str(self.finish),
-                "prefill_ms": repr(float(self.prefill_ms)),
-                "decode_ms": repr(float(self.decode_ms)),
-            },
-        )
 
 
 def parse_startup_line(line: str | bytes) -> ReadyInfo | ErrReply:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, SupportsIndex
+from typing import Any
+
+from ._command_base import as_int
 
 __all__ = ["SamplingParams"]
 
@@ -67,7 +68,7 @@ class SamplingParams:
         for name in ("top_k", "rep_window", "seed"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _as_int(name, value))
+                object.__setattr__(self, name, as_int(name, value))
         _check(self.temp >= 0, "temp must be >= 0", self.temp)
         _check(self.top_k is None or self.top_k >= 0, "top_k must be >= 0", self.top_k)
         _check(self.top_p is None or 0 <= self.top_p <= 1, "top_p must be in [0, 1]", self.top_p)
@@ -124,12 +125,6 @@ def _as_float(name: str, value: object) -> float:
     if not math.isfinite(result):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return result
-
-
-def _as_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
-        raise ValueError(f"{name} must be an int, not {value!r}")
-    return operator.index(value)
 
 
 def _check(ok: bool, message: str, value: object) -> None:

@@ -37,6 +37,7 @@ class Daemon:
         *args: str,
         stream: bool = True,
         env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         # Closed in close(): it outlives this constructor, so no with-block.
         self.stderr_file = tempfile.TemporaryFile()  # noqa: SIM115
@@ -56,6 +57,7 @@ class Daemon:
             stderr=self.stderr_file,
             pass_fds=pass_fds,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
         )
         if write_end is not None:
             os.close(write_end)  # only the daemon holds the write end: EOF means it died
@@ -179,9 +181,7 @@ def parse_kv(words: Sequence[str]) -> dict[str, str]:
     return out
 
 
-@pytest.fixture
-def spawn() -> Iterator[type[Daemon]]:
-    """A Daemon factory whose processes are all killed and reaped after the test."""
+def _tracked_daemons() -> Iterator[type[Daemon]]:
     started: list[Daemon] = []
 
     class TrackedDaemon(Daemon):
@@ -192,6 +192,18 @@ def spawn() -> Iterator[type[Daemon]]:
     yield TrackedDaemon
     for daemon in started:
         daemon.close()
+
+
+@pytest.fixture
+def spawn() -> Iterator[type[Daemon]]:
+    """A Daemon factory whose processes are all killed and reaped after the test."""
+    yield from _tracked_daemons()
+
+
+@pytest.fixture(scope="module")
+def spawn_for_module() -> Iterator[type[Daemon]]:
+    """Like ``spawn``, for a daemon that a whole test module shares."""
+    yield from _tracked_daemons()
 
 
 @pytest.fixture(scope="module")

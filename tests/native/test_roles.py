@@ -8,19 +8,30 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import free_port
+
 SERVES = {
     "qwen35": "qwen35,qwen35moe,qwen3,gemma3,llama",
-    "laguna": "laguna",
+    "laguna": "laguna,deepseek4",
     "pflash": "qwen3,qwen35,gemma3,llama",
     "ds4_shard": "deepseek4",
 }
-GENERATING_CAPS = "generate,tokenize,detokenize,vocab,stats,cancel,quit"
+GENERATING_CAPS = (
+    "generate,tokenize,detokenize,vocab,stats,cancel,snapshot,restore,free_snapshot,list_slots,"
+    "park,unpark,quit"
+)
+CAPS = {
+    "qwen35": GENERATING_CAPS,
+    "laguna": GENERATING_CAPS,
+    "pflash": GENERATING_CAPS + ",compress",
+}
 
 # role, test model, ready fields we expect
 LOADS = [
     ("qwen35", "qwen35", {"arch": "qwen35", "vocab": "151936", "n_ctx_train": "8192"}),
     ("qwen35", "qwen3", {"arch": "qwen3", "vocab": "151936"}),
     ("laguna", "laguna", {"arch": "laguna", "vocab": "50257", "n_ctx_train": "4096"}),
+    ("laguna", "deepseek4", {"arch": "deepseek4", "vocab": "32256"}),
     ("pflash", "qwen3", {"arch": "qwen3"}),
     ("pflash", "qwen35", {"arch": "qwen35"}),
     (
@@ -51,13 +62,15 @@ def test_role_loads_its_model(
     native: Any,
     test_models: dict[str, Path],
 ) -> None:
-    daemon = spawn(native.binary(role), test_models[model], "--n-ctx=512")
+    # The shard starts an RPC server: give it a port of its own.
+    listen = (f"--rpc-listen=127.0.0.1:{free_port()}",) if role == "ds4_shard" else ()
+    daemon = spawn(native.binary(role), test_models[model], "--n-ctx=512", *listen)
     ready = daemon.ready()
     assert ready["role"] == role
     assert ready["protocol"] == "1" and ready["backend"] == "cpu"
     assert {key: ready[key] for key in expected} == expected
     if role != "ds4_shard":
-        assert ready["capabilities"] == GENERATING_CAPS
+        assert ready["capabilities"] == CAPS[role]
     stats = daemon.ok(daemon.command("stats"), "stats")
     assert stats["n_vocab"] == ready["vocab"]
     assert daemon.quit() == 0
@@ -107,11 +120,19 @@ def test_generating_roles_generate(
 def test_ds4_shard_answers_only_its_commands(
     spawn: Any, native: Any, test_models: dict[str, Path]
 ) -> None:
-    daemon = spawn(native.binary("ds4_shard"), test_models["deepseek4"], "--n-ctx=100000")
+    daemon = spawn(
+        native.binary("ds4_shard"),
+        test_models["deepseek4"],
+        "--n-ctx=100000",
+        f"--rpc-listen=127.0.0.1:{free_port()}",
+    )
     ready = daemon.ready()
     assert ready["n_ctx"] == "4096"  # clamped to n_ctx_train, although it holds no context
-    assert daemon.err(daemon.command("generate ids:1,2 4")) == "unknown_command"
-    assert daemon.err(daemon.command("tokenize text:hi")) == "unknown_command"
+    # Commands of the protocol that the shard does not serve (PROTOCOL.md 5); stream
+    # commands still write their one -1.
+    for line in ("generate ids:1,2 4", "tokenize text:hi"):
+        values, reply = daemon.stream_command(line)
+        assert values == [] and daemon.err(reply) == "unsupported"
     assert daemon.stream_is_empty()
     stats = daemon.ok(daemon.command("stats"), "stats")
     assert stats["requests"] == "0" and int(stats["rss_kb"]) > 0

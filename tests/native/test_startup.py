@@ -20,7 +20,10 @@ GEMMA_READY = {
     "backend": "cpu",
     "engine": "llama-cpp-python-0.3.36",
     "version": "0.1.0",
-    "capabilities": "generate,tokenize,detokenize,vocab,stats,cancel,quit",
+    "capabilities": (
+        "generate,tokenize,detokenize,vocab,stats,cancel,snapshot,restore,free_snapshot,"
+        "list_slots,park,unpark,quit"
+    ),
 }
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import given
@@ -15,18 +16,25 @@ from protocol import (
     Command,
     CommandError,
     CommandLine,
+    Compress,
     Detokenize,
     ErrorCode,
+    FreeSnapshot,
     Generate,
     InlineIds,
     InlineText,
+    ListSlots,
     MalformedLineError,
+    Park,
     Quit,
+    Restore,
     SamplingParams,
+    Snapshot,
     Stats,
     TextFile,
     TokenFile,
     Tokenize,
+    Unpark,
     Vocab,
     decode_value,
     decode_value_bytes,
@@ -255,8 +263,53 @@ def test_line_encode_then_parse_round_trips(
         (Vocab("/tmp/pieces.msgpack"), b"vocab /tmp/pieces.msgpack\n"),
         (Vocab(Path("/tmp/p q.msgpack")), b"vocab /tmp/p%20q.msgpack\n"),
         (Stats(), b"stats\n"),
+        (Stats("/tmp/s.msgpack"), b"stats path=/tmp/s.msgpack\n"),
+        (Stats(Path("/tmp/a=b")), b"stats path=/tmp/a%3Db\n"),
         (Quit(), b"quit\n"),
         (Cancel(), b"cancel\n"),
+        (
+            Generate(InlineIds((2, 9259, 1902, 563)), 3, snap=(4, 0)),
+            b"generate ids:2,9259,1902,563 3 snap=4:0\n",
+        ),
+        (
+            Generate(InlineIds((1,)), 8, grammar=InlineText('root ::= "yes" | "no"')),
+            b'generate ids:1 8 grammar=text:root%20::%3D%20"yes"%20|%20"no"\n',
+        ),
+        (
+            Generate(
+                TokenFile("/tmp/p.bin"),
+                8,
+                stop=(7,),
+                grammar=TextFile("/tmp/g.gbnf"),
+                snap=(512, 3),
+            ),
+            b"generate /tmp/p.bin 8 stop=7 grammar=/tmp/g.gbnf snap=512:3\n",
+        ),
+        (Restore(0, InlineIds((2, 9259)), 3), b"restore 0 ids:2,9259 3\n"),
+        (
+            Restore(
+                7,
+                TokenFile("/tmp/p.bin"),
+                64,
+                SamplingParams(temp=0.8, seed=7),
+                stop=(106,),
+                ignore_eos=True,
+                snap=(8, 1),
+            ),
+            b"restore 7 /tmp/p.bin 64 temp=0.8 seed=7 stop=106 ignore_eos=1 snap=8:1\n",
+        ),
+        (Snapshot(1), b"snapshot 1\n"),
+        (FreeSnapshot(0), b"free_snapshot 0\n"),
+        (ListSlots(), b"list_slots\n"),
+        (Park(), b"park\n"),
+        (Park("target"), b"park target\n"),
+        (Unpark(), b"unpark\n"),
+        (Unpark("draft"), b"unpark draft\n"),
+        (
+            Compress(TokenFile("/tmp/long_prompt.ids"), 100, lookahead=8, chunk=32),
+            b"compress /tmp/long_prompt.ids 100 lookahead=8 chunk=32\n",
+        ),
+        (Compress(InlineIds((1, 2)), 1000, pool=5), b"compress ids:1,2 1000 pool=5\n"),
     ],
 )
 def test_command_encoding(command: Command, line: bytes) -> None:
@@ -265,20 +318,29 @@ def test_command_encoding(command: Command, line: bytes) -> None:
 
 
 def test_command_names_and_stream_flags() -> None:
-    streams: dict[type, bool] = {Generate: True, Tokenize: True}
+    streams: dict[type, bool] = {Generate: True, Tokenize: True, Restore: True, Compress: True}
     classes: list[tuple[Any, str]] = [
         (Generate, "generate"),
+        (Restore, "restore"),
         (Tokenize, "tokenize"),
         (Detokenize, "detokenize"),
         (Vocab, "vocab"),
         (Stats, "stats"),
         (Quit, "quit"),
         (Cancel, "cancel"),
+        (Snapshot, "snapshot"),
+        (FreeSnapshot, "free_snapshot"),
+        (ListSlots, "list_slots"),
+        (Park, "park"),
+        (Unpark, "unpark"),
+        (Compress, "compress"),
     ]
+    assert {cls for cls, _ in classes} == set(get_args(Command))
     for cls, name in classes:
         assert cls.name == name
         assert cls.is_stream is streams.get(cls, False)
     assert Generate(InlineIds((1,)), 1).is_stream
+    assert Restore(0, InlineIds((1,)), 1).is_stream
     assert not Cancel().is_stream
 
 
@@ -317,10 +379,35 @@ def test_generate_normalises_its_arguments() -> None:
         (lambda: Tokenize(InlineText("a"), special=None), "special"),  # type: ignore[arg-type]
         (lambda: Detokenize(InlineText("a")), "ids"),  # type: ignore[arg-type]
         (lambda: Vocab(""), "vocab path"),
+        (lambda: Stats(""), "stats path"),
+        (lambda: Stats("a\0b"), "stats path"),
+        (lambda: Generate(InlineIds((1,)), 4, grammar="root ::= x"), "grammar"),  # type: ignore[arg-type]
+        (lambda: Generate(InlineIds((1, 2)), 4, snap=(0, 0)), "snap position"),
+        (lambda: Generate(InlineIds((1, 2)), 4, snap=(3, 0)), "snap position must be in [1, 2]"),
+        (lambda: Generate(InlineIds((1, 2)), 4, snap=(1, -1)), "slot"),
+        (lambda: Generate(InlineIds((1, 2)), 4, snap=(1,)), "snap"),  # type: ignore[arg-type]
+        (lambda: Generate(InlineIds((1, 2)), 4, snap=[1, 0]), "snap"),  # type: ignore[arg-type]
+        (lambda: Restore(-1, InlineIds((1,)), 4), "slot"),
+        (lambda: Restore(2**31, InlineIds((1,)), 4), "slot"),
+        (lambda: Restore(True, InlineIds((1,)), 4), "slot"),
+        (lambda: Restore(0, InlineIds(()), 4), "restore needs at least one prompt token"),
+        (lambda: Restore(0, InlineIds((1,)), 0), "n_gen"),
+        (lambda: Restore(0, InlineText("a"), 1), "prompt"),  # type: ignore[arg-type]
+        (lambda: Snapshot(-1), "slot"),
+        (lambda: Snapshot("1"), "slot"),  # type: ignore[arg-type]
+        (lambda: FreeSnapshot(1.0), "slot"),  # type: ignore[arg-type]
+        (lambda: Park("everything"), "which"),  # type: ignore[arg-type]
+        (lambda: Unpark(None), "which"),  # type: ignore[arg-type]
+        (lambda: Compress(InlineIds(()), 10), "at least one prompt token"),
+        (lambda: Compress(InlineIds((1,)), 0), "keep_x1000"),
+        (lambda: Compress(InlineIds((1,)), 1001), "keep_x1000"),
+        (lambda: Compress(InlineIds((1,)), 10, chunk=0), "chunk"),
+        (lambda: Compress(InlineIds((1,)), 10, pool=2**31), "pool"),
+        (lambda: Compress(InlineText("a"), 10), "ids"),  # type: ignore[arg-type]
     ],
 )
 def test_constructors_validate(build: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         build()  # type: ignore[operator]
 
 
@@ -378,6 +465,48 @@ def test_a_path_may_mention_the_prefixes_elsewhere() -> None:
         ("stats now", ErrorCode.BAD_ARGS),
         ("quit k=v", ErrorCode.BAD_ARGS),
         ("cancel all", ErrorCode.BAD_ARGS),
+        ("stats path=", ErrorCode.BAD_ARGS),
+        ("stats verbose=1", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 4 snap=3:0", ErrorCode.BAD_ARGS),  # beyond the prompt
+        ("generate ids:1,2 4 snap=0:0", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 4 snap=2", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 4 snap=x:0", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 4 snap=2:x", ErrorCode.BAD_SLOT),
+        ("generate ids:1,2 4 snap=2:-1", ErrorCode.BAD_SLOT),
+        ("generate ids:1 4 grammar=", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 grammar=text:%FF", ErrorCode.BAD_ARGS),
+        ("restore 0 ids: 4", ErrorCode.EMPTY_PROMPT),
+        ("restore x ids:1 4", ErrorCode.BAD_SLOT),
+        ("restore -1 ids:1 4", ErrorCode.BAD_SLOT),
+        ("restore 99999999999 ids:1 4", ErrorCode.BAD_SLOT),
+        ("restore 0 ids:1", ErrorCode.BAD_ARGS),
+        ("restore ids:1 4", ErrorCode.BAD_ARGS),
+        ("restore 0 ids:1 0", ErrorCode.BAD_ARGS),
+        ("restore 0 ids:-1 1", ErrorCode.BAD_TOKEN),
+        ("restore 0 ids:1 1 stop=-2", ErrorCode.BAD_TOKEN),
+        ("restore 0 ids:1 1 temp=hot", ErrorCode.BAD_ARGS),
+        ("snapshot", ErrorCode.BAD_ARGS),
+        ("snapshot 1 2", ErrorCode.BAD_ARGS),
+        ("snapshot x", ErrorCode.BAD_SLOT),
+        ("snapshot -3", ErrorCode.BAD_SLOT),
+        ("snapshot 1.5", ErrorCode.BAD_SLOT),
+        ("free_snapshot", ErrorCode.BAD_ARGS),
+        ("free_snapshot one", ErrorCode.BAD_SLOT),
+        ("list_slots 1", ErrorCode.BAD_ARGS),
+        ("list_slots all=1", ErrorCode.BAD_ARGS),
+        ("park everything", ErrorCode.BAD_ARGS),
+        ("park target draft", ErrorCode.BAD_ARGS),
+        ("park TARGET", ErrorCode.BAD_ARGS),
+        ("unpark k=v", ErrorCode.BAD_ARGS),
+        ("compress ids: 100", ErrorCode.EMPTY_PROMPT),
+        ("compress ids:1", ErrorCode.BAD_ARGS),
+        ("compress ids:1 0", ErrorCode.BAD_ARGS),
+        ("compress ids:1 1001", ErrorCode.BAD_ARGS),
+        ("compress ids:1 half", ErrorCode.BAD_ARGS),
+        ("compress ids:1 50 chunk=0", ErrorCode.BAD_ARGS),
+        ("compress ids:1 50 pool=x", ErrorCode.BAD_ARGS),
+        ("compress ids:1 50 window=4", ErrorCode.BAD_ARGS),
+        ("compress ids:1,-2 50", ErrorCode.BAD_TOKEN),
     ],
 )
 def test_parse_command_refuses_with_the_daemons_code(line: str, code: ErrorCode) -> None:
@@ -392,6 +521,21 @@ def test_parse_command_reads_exit_as_quit() -> None:
     assert parse_command("exit") == Quit()
     assert parse_command("quit\r\n") == Quit()
     assert Quit().encode() == b"quit\n"
+
+
+def test_parse_command_reads_defaults_and_unbounded_snaps() -> None:
+    assert parse_command("park all") == Park() == Park("all")
+    assert parse_command("unpark target") == Unpark("target")
+    assert parse_command("snapshot +3") == Snapshot(3)
+    # The prompt's length is not known from a token file: only the daemon can bound L.
+    assert parse_command("generate /tmp/p.bin 4 snap=100:2") == Generate(
+        TokenFile("/tmp/p.bin"), 4, snap=(100, 2)
+    )
+    # A slot beyond --slots is the daemon's to refuse; the line itself is fine.
+    assert parse_command("restore 99 ids:1 1") == Restore(99, InlineIds((1,)), 1)
+    assert parse_command("compress ids:5 1000 lookahead=8") == Compress(
+        InlineIds((5,)), 1000, lookahead=8
+    )
 
 
 def test_parse_command_reads_decimals_as_the_daemons_do() -> None:
@@ -466,41 +610,64 @@ sampling_params = st.builds(
     seed=st.none() | st.integers(0, 2**32 - 1),
 )
 _ids = st.integers(0, 2**31 - 1)
+_counts = st.integers(1, 2**31 - 1)
+_slots = st.integers(0, 2**31 - 1)
 _paths = st.text(min_size=1).filter(lambda p: "\0" not in p)
+_token_files = st.builds(TokenFile, _paths.filter(lambda p: not p.startswith("ids:")))
+_prompts = st.one_of(
+    st.builds(InlineIds, st.lists(_ids, min_size=1, max_size=20).map(tuple)), _token_files
+)
+_texts = st.one_of(
+    st.builds(InlineText, st.text()),
+    st.builds(TextFile, _paths.filter(lambda p: not p.startswith("text:"))),
+)
+
+
+@st.composite
+def _decoding_commands(draw: st.DrawFn, cls: type[Generate | Restore]) -> Generate | Restore:
+    """A generate or restore with every option, ``snap`` within the prompt when known."""
+    prompt = draw(_prompts)
+    n_prompt = len(prompt.ids) if isinstance(prompt, InlineIds) else 2**31 - 1
+    arguments: dict[str, Any] = {
+        "prompt": prompt,
+        "n_gen": draw(_counts),
+        "sampling": draw(st.none() | sampling_params),
+        "stop": tuple(draw(st.lists(_ids, max_size=4))),
+        "ignore_eos": draw(st.booleans()),
+        "grammar": draw(st.none() | _texts),
+        "snap": draw(st.none() | st.tuples(st.integers(1, n_prompt), _slots)),
+    }
+    if cls is Restore:
+        arguments["slot"] = draw(_slots)
+    return cls(**arguments)
+
 
 commands: st.SearchStrategy[Command] = st.one_of(
-    st.builds(
-        Generate,
-        prompt=st.one_of(
-            st.builds(InlineIds, st.lists(_ids, min_size=1, max_size=20).map(tuple)),
-            st.builds(TokenFile, _paths.filter(lambda p: not p.startswith("ids:"))),
-        ),
-        n_gen=st.integers(1, 2**31 - 1),
-        sampling=st.none() | sampling_params,
-        stop=st.lists(_ids, max_size=4).map(tuple),
-        ignore_eos=st.booleans(),
-    ),
-    st.builds(
-        Tokenize,
-        text=st.one_of(
-            st.builds(InlineText, st.text()),
-            st.builds(TextFile, _paths.filter(lambda p: not p.startswith("text:"))),
-        ),
-        special=st.booleans(),
-        add_bos=st.none() | st.booleans(),
-    ),
+    _decoding_commands(Generate),
+    _decoding_commands(Restore),
+    st.builds(Tokenize, text=_texts, special=st.booleans(), add_bos=st.none() | st.booleans()),
     st.builds(
         Detokenize,
-        ids=st.one_of(
-            st.builds(InlineIds, st.lists(_ids, max_size=20).map(tuple)),
-            st.builds(TokenFile, _paths.filter(lambda p: not p.startswith("ids:"))),
-        ),
+        ids=st.one_of(st.builds(InlineIds, st.lists(_ids, max_size=20).map(tuple)), _token_files),
         special=st.booleans(),
     ),
     st.builds(Vocab, _paths),
-    st.just(Stats()),
+    st.builds(Stats, st.none() | _paths),
     st.just(Quit()),
     st.just(Cancel()),
+    st.builds(Snapshot, _slots),
+    st.builds(FreeSnapshot, _slots),
+    st.just(ListSlots()),
+    st.builds(Park, st.sampled_from(["all", "target", "draft"])),
+    st.builds(Unpark, st.sampled_from(["all", "target", "draft"])),
+    st.builds(
+        Compress,
+        _prompts,
+        st.integers(1, 1000),
+        lookahead=st.none() | _counts,
+        chunk=st.none() | _counts,
+        pool=st.none() | _counts,
+    ),
 )
 
 

@@ -44,6 +44,18 @@ CONTRACT = {
     "ProtocolError",
     "MalformedLineError",
     "StreamFramingError",
+    # Version 1 final: snapshots, park, compress (PROTOCOL.md 5.5-5.7).
+    "Snapshot",
+    "Restore",
+    "FreeSnapshot",
+    "ListSlots",
+    "Park",
+    "Unpark",
+    "Compress",
+    "SnapshotInfo",
+    "SlotList",
+    "ParkState",
+    "CompressSummary",
 }
 
 ADDITIONS = {
@@ -53,6 +65,8 @@ ADDITIONS = {
     "CommandLine",
     "FinishReason",
     "IdsRef",
+    "ModelState",
+    "ParkScope",
     "PieceTableError",
     "ProtocolVersionError",
     "TextRef",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,14 +13,19 @@ from hypothesis import strategies as st
 
 import protocol
 from protocol import (
+    CompressSummary,
     ErrorCode,
     ErrReply,
     FinishReason,
     GenerateSummary,
     MalformedLineError,
+    ModelState,
     OkReply,
+    ParkState,
     ProtocolVersionError,
     ReadyInfo,
+    SlotList,
+    SnapshotInfo,
     parse_reply_line,
     parse_startup_line,
 )
@@ -279,7 +286,20 @@ def test_generate_summary() -> None:
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        ("ok tokenize n=3", "expected an 'ok generate' reply"),
+        ("ok tokenize n=3", "expected an 'ok generate' or 'ok restore' reply"),
+        (
+            "ok restore n_prompt=8 n_gen=3 finish=length prefill_ms=1 decode_ms=1",
+            "lacks n_reused=",
+        ),
+        (
+            "ok generate n_prompt=8 n_gen=3 finish=length prefill_ms=1 decode_ms=1 snap_slot=0",
+            "snap_slot= and snap_pos= go together",
+        ),
+        (
+            "ok generate n_prompt=8 n_gen=3 finish=length prefill_ms=1 decode_ms=1"
+            " snap_slot=0 snap_pos=x",
+            "not an integer",
+        ),
         ("ok generate n_prompt=3 n_gen=4 prefill_ms=1 decode_ms=1", "lacks finish="),
         ("ok generate n_prompt=3 n_gen=4 finish=done prefill_ms=1 decode_ms=1", "finish="),
         ("ok generate n_prompt=3 finish=eog prefill_ms=1 decode_ms=1", "lacks n_gen="),
@@ -294,17 +314,131 @@ def test_generate_summary_refuses(line: str, reason: str) -> None:
         GenerateSummary.from_reply(reply)
 
 
+_counts = st.integers(0, 2**31)
+
+
 @given(
-    st.integers(0, 2**31),
-    st.integers(0, 2**31),
-    st.sampled_from(FinishReason),
-    st.floats(0, 1e9),
-    st.floats(0, 1e9),
+    st.builds(
+        GenerateSummary,
+        _counts,
+        _counts,
+        st.sampled_from(FinishReason),
+        st.floats(0, 1e9),
+        st.floats(0, 1e9),
+        n_reused=st.none() | _counts,
+    ),
+    st.none() | st.tuples(_counts, _counts),
 )
 def test_generate_summary_round_trips(
-    n_prompt: int, n_gen: int, finish: FinishReason, prefill: float, decode: float
+    summary: GenerateSummary, snap: tuple[int, int] | None
 ) -> None:
-    summary = GenerateSummary(n_prompt, n_gen, finish, prefill, decode)
+    if snap is not None:
+        summary = dataclasses.replace(summary, snap_slot=snap[0], snap_pos=snap[1])
     reply = parse_reply_line(summary.to_reply().encode())
     assert isinstance(reply, OkReply)
+    assert reply.command == summary.command
     assert GenerateSummary.from_reply(reply) == summary
+
+
+def test_restore_summary_of_section_5_5() -> None:
+    line = "ok restore n_prompt=8 n_reused=4 n_gen=3 finish=length prefill_ms=2.9 decode_ms=40.3"
+    assert line in DOC
+    reply = parse_reply_line(line)
+    assert isinstance(reply, OkReply)
+    summary = GenerateSummary.from_reply(reply)
+    assert summary == GenerateSummary(8, 3, FinishReason.LENGTH, 2.9, 40.3, n_reused=4)
+    assert summary.command == "restore"
+    assert summary.to_reply().encode() == (line + "\n").encode()
+
+
+def test_generate_summary_with_a_snapshot() -> None:
+    line = (
+        "ok generate n_prompt=8 n_gen=3 finish=length prefill_ms=5.2 decode_ms=40.1"
+        " snap_slot=0 snap_pos=4"
+    )
+    assert line in DOC
+    reply = parse_reply_line(line)
+    assert isinstance(reply, OkReply)
+    summary = GenerateSummary.from_reply(reply)
+    assert (summary.command, summary.n_reused, summary.snap_slot, summary.snap_pos) == (
+        "generate",
+        None,
+        0,
+        4,
+    )
+    assert summary.to_reply().encode() == (line + "\n").encode()
+
+
+# --- snapshots, park, compress -----------------------------------------------------------
+
+
+def _ok(line: str) -> OkReply:
+    reply = parse_reply_line(line)
+    assert isinstance(reply, OkReply)
+    return reply
+
+
+def test_snapshot_info() -> None:
+    info = SnapshotInfo.from_reply(_ok("ok snapshot slot=1 n_tokens=10 bytes=262144 future=x"))
+    assert info == SnapshotInfo(slot=1, n_tokens=10, host_bytes=262144)
+
+
+@pytest.mark.parametrize(
+    ("line", "slots", "host_bytes"),
+    [
+        ("ok list_slots slots=0:4 bytes=131072", {0: 4}, 131072),
+        ("ok list_slots slots=0:118,5:4096 bytes=9", {0: 118, 5: 4096}, 9),
+        ("ok list_slots slots=5:1,0:2 bytes=9", {0: 2, 5: 1}, 9),  # read in slot order
+        ("ok list_slots slots= bytes=0", {}, 0),
+    ],
+)
+def test_slot_list(line: str, slots: dict[int, int], host_bytes: int) -> None:
+    listed = SlotList.from_reply(_ok(line))
+    assert listed == SlotList(slots, host_bytes)
+    assert list(listed.slots) == sorted(slots)
+
+
+def test_park_state() -> None:
+    parked = ParkState.from_reply(_ok("ok park target=parked draft=absent rss_kb=60212"))
+    assert parked == ParkState(ModelState.PARKED, ModelState.ABSENT, 60212)
+    ready = ParkState.from_reply(_ok("ok unpark target=ready draft=absent rss_kb=412540"))
+    assert (ready.target, ready.draft) == ("ready", "absent")
+
+
+def test_compress_summary() -> None:
+    summary = CompressSummary.from_reply(_ok("ok compress n_in=8192 n_out=832 ms=912.4"))
+    assert summary == CompressSummary(8192, 832, 912.4)
+
+
+@pytest.mark.parametrize(
+    ("read", "line", "reason"),
+    [
+        (SnapshotInfo.from_reply, "ok restore slot=1", "expected an 'ok snapshot' reply"),
+        (SnapshotInfo.from_reply, "ok snapshot slot=1 n_tokens=2", "lacks bytes="),
+        (SlotList.from_reply, "ok list_slots bytes=0", "lacks slots="),
+        (SlotList.from_reply, "ok list_slots slots=0 bytes=0", "not a new slot:n_tokens pair"),
+        (SlotList.from_reply, "ok list_slots slots=0:1, bytes=0", "not a new slot:n_tokens"),
+        (SlotList.from_reply, "ok list_slots slots=0:1,0:2 bytes=0", "not a new slot:n_tokens"),
+        (SlotList.from_reply, "ok list_slots slots=-1:2 bytes=0", "not a new slot:n_tokens"),
+        (SlotList.from_reply, "ok list_slots slots= bytes=many", "not an integer"),
+        (ParkState.from_reply, "ok stats target=parked", "expected an 'ok park' or 'ok unpark'"),
+        (ParkState.from_reply, "ok park target=gone draft=absent rss_kb=1", "target='gone'"),
+        (ParkState.from_reply, "ok park target=ready rss_kb=1", "lacks draft="),
+        (CompressSummary.from_reply, "ok compress n_in=1 n_out=1", "lacks ms="),
+        (CompressSummary.from_reply, "ok generate n_in=1 n_out=1 ms=1", "'ok compress'"),
+    ],
+)
+def test_summaries_refuse(read: Any, line: str, reason: str) -> None:
+    with pytest.raises(MalformedLineError, match=re.escape(reason)):
+        read(_ok(line))
+
+
+def test_ready_lines_list_capabilities_in_the_order_of_section_5() -> None:
+    table = _section("5")
+    rows = dict(re.findall(r"^\| (`[^|]*`) \| `([a-z_,]+)` \|$", table, flags=re.MULTILINE))
+    assert list(rows) == ["`qwen35`, `laguna`", "`ds4_shard`"]
+    for capabilities in rows.values():
+        info = parse_startup_line(re.sub(r"capabilities=\S*", "capabilities=", READY))
+        assert isinstance(info, ReadyInfo)
+        shuffled = dataclasses.replace(info, capabilities=frozenset(capabilities.split(",")))
+        assert f"capabilities={capabilities}\n".encode() in shuffled.encode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -17,12 +18,27 @@ from protocol import (
     STREAM_END,
     Command,
     CommandError,
+    Compress,
+    CompressSummary,
+    ErrorCode,
     ErrReply,
+    FreeSnapshot,
     Generate,
     GenerateSummary,
+    ListSlots,
+    ModelState,
     OkReply,
+    Park,
+    ParkState,
     ReadyInfo,
+    Restore,
+    SlotList,
+    Snapshot,
+    SnapshotInfo,
+    TokenFile,
+    Tokenize,
     TokenStreamReader,
+    Unpark,
     encode_token_bytes,
     parse_command,
     parse_reply_line,
@@ -71,14 +87,89 @@ S: 1017 1144 -1
 < ok cancel running=1
 """
 
-TRANSCRIPTS = {"session": SESSION, "cancel": CANCEL}
+SNAPSHOTS = """\
+> generate ids:2,9259,1902,563,1144,236764,1017,1144 3 snap=4:0
+S: 623 901 17 -1
+< ok generate n_prompt=8 n_gen=3 finish=length prefill_ms=5.2 decode_ms=40.1 snap_slot=0 snap_pos=4
+> list_slots
+< ok list_slots slots=0:4 bytes=131072
+> restore 0 ids:2,9259,1902,563,1144,236764,1017,1144 3
+S: 623 901 17 -1
+< ok restore n_prompt=8 n_reused=4 n_gen=3 finish=length prefill_ms=2.9 decode_ms=40.3
+> snapshot 1
+< ok snapshot slot=1 n_tokens=10 bytes=262144
+> restore 7 ids:2 1
+S: -1
+< err empty_slot slot 7 holds no snapshot
+> free_snapshot 0
+< ok free_snapshot slot=0 bytes=131072
+"""
+
+PARK = """\
+> park
+< ok park target=parked draft=absent rss_kb=60212
+> generate ids:2,9259 4
+S: -1
+< err parked the target is parked; send unpark first
+> tokenize text:still%20works
+S: 2 50625 4059 -1
+< ok tokenize n=3
+> unpark
+< ok unpark target=ready draft=absent rss_kb=412540
+"""
+
+COMPRESS = """\
+> compress /tmp/long_prompt.ids 100 lookahead=8 chunk=32
+S: 2 651 ... 1144 -1
+< ok compress n_in=8192 n_out=832 ms=912.4
+"""
+
+BAD_INPUT = """\
+> generate ids:1,2 notanumber
+S: -1
+< err bad_args n_gen must be an integer >= 1
+> restore 99 ids:1 1
+S: -1
+< err bad_slot slot 99 is outside 0..63
+> compress ids:1,2 50
+S: -1
+< err unsupported compress is served by the pflash role
+"""
+
+TRANSCRIPTS = {
+    "session": SESSION,
+    "cancel": CANCEL,
+    "snapshots": SNAPSHOTS,
+    "park": PARK,
+    "compress": COMPRESS,
+    "bad_input": BAD_INPUT,
+}
+
+STREAM_COMMANDS = {cls.name for cls in get_args(Command) if cls.is_stream}
+
+# Refusals that depend on the daemon (its --slots, its role, its state), not on the line:
+# the line parses, and only the daemon can answer these.
+DAEMON_REFUSALS = {
+    ErrorCode.BAD_SLOT,
+    ErrorCode.EMPTY_SLOT,
+    ErrorCode.EMPTY_SEQUENCE,
+    ErrorCode.SNAPSHOT_MISMATCH,
+    ErrorCode.PARKED,
+    ErrorCode.UNSUPPORTED,
+}
 
 
 def test_the_copies_match_protocol_md() -> None:
     doc = (Path(protocol.__file__).parent / "PROTOCOL.md").read_text()
     section = doc[doc.index("\n## 8.") :]
     blocks = re.findall(r"```\n(.*?)```", section, flags=re.DOTALL)
-    assert blocks == [SESSION, CANCEL]
+    assert blocks == list(TRANSCRIPTS.values())
+
+
+def test_stream_commands_are_those_marked_s_in_section_5() -> None:
+    doc = (Path(protocol.__file__).parent / "PROTOCOL.md").read_text()
+    marked = re.findall(r"^\| `([a-z_]+)[^`]*` [^|]*\| S \|", doc, flags=re.MULTILINE)
+    assert set(marked) == STREAM_COMMANDS == {"generate", "tokenize", "restore", "compress"}
 
 
 @dataclass
@@ -90,13 +181,14 @@ class Pending:
     refusal: CommandError | None = None
     stream: list[int] = field(default_factory=list)
     stream_done: bool = False
+    elided: bool = False  # the transcript shows "..." for some of the values
 
     @property
     def is_stream(self) -> bool:
         if self.command is not None:
             return self.command.is_stream
         # A refused line still gets its -1 if it named a stream command (section 1).
-        return self.line.split(" ", 1)[0] in {"generate", "tokenize"}
+        return self.line.split(" ", 1)[0] in STREAM_COMMANDS
 
 
 def replay(transcript: str) -> list[tuple[Pending, OkReply | ErrReply]]:
@@ -122,8 +214,9 @@ def replay(transcript: str) -> list[tuple[Pending, OkReply | ErrReply]]:
         elif kind == "S:":
             owner = next(p for p in pending if p.is_stream and not p.stream_done)
             values = line.split()
-            ids = [] if values == ["...", "-1"] else [int(v) for v in values[:-1]]
             assert values[-1] == str(STREAM_END)
+            owner.elided = "..." in values
+            ids = [int(v) for v in values[:-1] if v != "..."]
             reader.reset()
             data = encode_token_bytes([*ids, STREAM_END])
             for i in range(len(data)):  # one byte at a time, as a pipe may deliver it
@@ -150,15 +243,32 @@ def test_every_line_parses_and_replies_match_commands(name: str) -> None:
             assert reply.error_code is entry.refusal.code
             assert reply.detail == str(entry.refusal)
             continue
-        assert entry.command is not None
-        assert isinstance(reply, OkReply)
-        assert reply.command == entry.command.name
-        if isinstance(entry.command, Generate):
+        command = entry.command
+        assert command is not None
+        if isinstance(reply, ErrReply):
+            assert reply.error_code in DAEMON_REFUSALS
+            assert not entry.stream
+            continue
+        assert reply.command == command.name
+        n_streamed = None if entry.elided else len(entry.stream)
+        if isinstance(command, Generate | Restore):
             summary = GenerateSummary.from_reply(reply)
-            if entry.stream:
-                assert summary.n_gen == len(entry.stream)
-        elif reply.command == "tokenize":
-            assert reply.int_field("n") == len(entry.stream)
+            assert summary.command == command.name
+            assert n_streamed in (None, summary.n_gen)
+            assert (summary.snap_pos, summary.snap_slot) == (command.snap or (None, None))
+        elif isinstance(command, Tokenize):
+            assert n_streamed in (None, reply.int_field("n"))
+        elif isinstance(command, Compress):
+            assert n_streamed in (None, CompressSummary.from_reply(reply).n_out)
+        elif isinstance(command, Snapshot):
+            assert SnapshotInfo.from_reply(reply).slot == command.slot
+        elif isinstance(command, FreeSnapshot):
+            assert reply.int_field("slot") == command.slot
+            reply.int_field("bytes")
+        elif isinstance(command, ListSlots):
+            SlotList.from_reply(reply)
+        elif isinstance(command, Park | Unpark):
+            ParkState.from_reply(reply)
 
 
 def test_session_details() -> None:
@@ -171,6 +281,44 @@ def test_session_details() -> None:
     for key in ("n_ctx", "n_vocab", "requests", "tokens_prompt", "tokens_generated", "rss_kb"):
         stats.int_field(key)  # section 5.3's minimum set, all integers
     assert replies["quit8"] == OkReply("quit", {})
+
+
+def test_snapshot_details() -> None:
+    (gen, generated), (_, listed), (restore, restored), (_, snapped), _, (_, freed) = replay(
+        SNAPSHOTS
+    )
+    assert isinstance(gen.command, Generate) and isinstance(generated, OkReply)
+    first = GenerateSummary.from_reply(generated)
+    assert first.snap_pos is not None and first.snap_pos % 4 == 0  # chunk-aligned (--chunk=4)
+    assert isinstance(listed, OkReply)
+    assert SlotList.from_reply(listed) == SlotList({0: first.snap_pos}, 131072)
+    assert isinstance(restored, OkReply)
+    again = GenerateSummary.from_reply(restored)
+    # An exact restore: the same tokens as the uninterrupted run, the slot's prefix reused.
+    assert restore.stream == gen.stream
+    assert (again.n_prompt, again.n_reused) == (first.n_prompt, first.snap_pos)
+    # The live sequence holds the prompt and every generated token but the last.
+    assert isinstance(snapped, OkReply)
+    assert SnapshotInfo.from_reply(snapped).n_tokens == again.n_prompt + again.n_gen - 1
+    assert isinstance(freed, OkReply) and freed.int_field("bytes") == 131072
+
+
+def test_park_details() -> None:
+    (_, parked), (_, refused), (_, tokenized), (_, unparked) = replay(PARK)
+    assert isinstance(parked, OkReply) and isinstance(unparked, OkReply)
+    assert ParkState.from_reply(parked).target is ModelState.PARKED
+    assert refused == ErrReply("parked", "the target is parked; send unpark first")
+    assert isinstance(tokenized, OkReply)
+    assert ParkState.from_reply(unparked) == ParkState(ModelState.READY, ModelState.ABSENT, 412540)
+
+
+def test_compress_details() -> None:
+    ((entry, reply),) = replay(COMPRESS)
+    assert entry.command == Compress(TokenFile("/tmp/long_prompt.ids"), 100, lookahead=8, chunk=32)
+    assert isinstance(reply, OkReply)
+    summary = CompressSummary.from_reply(reply)
+    assert summary.n_out < summary.n_in
+    assert entry.stream[0] == 2 and entry.elided
 
 
 def test_cancel_details() -> None:

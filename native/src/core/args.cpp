@@ -48,11 +48,13 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
             value = arg.substr(eq + 1);
         }
         const bool known = flag == "--stream-fd" || flag == "--n-ctx" || flag == "--threads" ||
-                           flag == "--n-gpu-layers" || flag == "--seed";
+                           flag == "--n-gpu-layers" || flag == "--seed" || flag == "--chunk" ||
+                           flag == "--slots" || flag == "--max-line" || is_placement_flag(flag);
         if (!known) {
             throw ProtocolError(ErrorCode::kBadFlag,
                                 "unknown flag " + flag +
-                                    "; flags are --stream-fd, --n-ctx, --threads, --n-gpu-layers, --seed");
+                                    "; flags are --stream-fd, --n-ctx, --threads, --n-gpu-layers, --seed, --chunk, "
+                                    "--slots, --max-line and the placement flags");
         }
         if (eq == std::string::npos) {
             if (i + 1 >= argc) {
@@ -68,8 +70,17 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
             }
         } else if (flag == "--n-ctx") {
             opts.n_ctx = static_cast<int32_t>(flag_int(flag, value, 1, kI32Max));
+        } else if (flag == "--chunk") {
+            opts.chunk = static_cast<int32_t>(flag_int(flag, value, 1, kI32Max));
+        } else if (flag == "--slots") {
+            opts.n_slots = static_cast<int32_t>(flag_int(flag, value, 0, 1 << 20));
+        } else if (flag == "--max-line") {
+            // A floor that every valid command fits, so a typo cannot lock the client out.
+            opts.max_line = flag_int(flag, value, 64, int64_t{1} << 32);
         } else if (flag == "--threads") {
             opts.n_threads = static_cast<int32_t>(flag_int(flag, value, 1, 1024));
+        } else if (is_placement_flag(flag)) {
+            parse_placement_flag(flag, value, opts.placement);
         } else if (flag == "--n-gpu-layers") {
             opts.n_gpu_layers = static_cast<int32_t>(flag_int(flag, value, -1, kI32Max));
         } else {

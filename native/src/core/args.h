@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/placement_flags.h"
+
 namespace lucerna {
 
 struct DaemonOptions {
@@ -15,6 +17,13 @@ struct DaemonOptions {
     int32_t n_threads = 0;     // 0: hardware concurrency
     int32_t n_gpu_layers = 999;  // all; negative also means all
     uint32_t seed = 0;         // default seed of sampled generation
+    // Prefill batch: prefill splits at absolute positions that are multiples of it, so a
+    // restore from a chunk-aligned snapshot feeds the engine the batches an
+    // uninterrupted run did (PROTOCOL.md 5.5). Also the engine's n_batch and n_ubatch.
+    int32_t chunk = 512;
+    int32_t n_slots = 64;          // snapshot slots 0 .. n_slots-1
+    int64_t max_line = 1 << 20;    // longest command line in bytes (line_too_long beyond)
+    PlacementOptions placement;  // --rpc, --override-tensor, --experts-in-host, --rpc-listen
 };
 
 // Accepts --name=value and --name value. Throws ProtocolError(bad_flag) for an

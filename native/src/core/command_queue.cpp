@@ -3,7 +3,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -11,7 +13,8 @@
 
 namespace lucerna {
 
-CommandQueue::CommandQueue(int input_fd, CancelState & cancel) : input_fd_(input_fd), cancel_(cancel) {
+CommandQueue::CommandQueue(int input_fd, CancelState & cancel, size_t max_line, int signal_fd)
+    : input_fd_(input_fd), max_line_(max_line), signal_fd_(signal_fd), cancel_(cancel) {
     int fds[2];
     if (::pipe(fds) != 0) {
         throw std::runtime_error("cannot create the reader wake-up pipe");
@@ -54,7 +57,7 @@ void CommandQueue::on_line(std::string line) {
     }
     QueuedCommand command;
     const std::string word = first_word(line);
-    if (word == "generate") {
+    if (word == "generate" || word == "restore") {
         command.generate_seq = cancel_.note_generate();
     } else if (word == "cancel") {
         command.cancel_running = cancel_.note_cancel();
@@ -63,12 +66,34 @@ void CommandQueue::on_line(std::string line) {
     push(std::move(command));
 }
 
+void CommandQueue::on_too_long(const std::string & first_word) {
+    QueuedCommand command;
+    command.too_long = true;
+    command.line = first_word;
+    push(std::move(command));
+}
+
+void CommandQueue::on_shutdown_signal() {
+    cancel_.note_cancel();  // the running generate (and any queued one) stops at its next step
+    QueuedCommand eof;
+    eof.eof = true;
+    {
+        // Commands read but not started are dropped: the process is going away.
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.clear();
+        queue_.push_back(std::move(eof));
+    }
+    ready_.notify_one();
+}
+
 void CommandQueue::read_loop() {
-    std::string pending;
+    std::string pending;      // the line being read, never more than max_line_ bytes
+    bool discarding = false;  // inside a line already known to be too long
+    std::string long_word;    // that line's first word, so a stream command still gets its -1
     char buffer[65536];
     while (true) {
-        pollfd fds[2] = {{input_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-        const int ready = ::poll(fds, 2, -1);
+        pollfd fds[3] = {{input_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+        const int ready = ::poll(fds, signal_fd_ >= 0 ? 3 : 2, -1);
         if (ready < 0) {
             if (errno == EINTR) {
                 continue;
@@ -77,6 +102,10 @@ void CommandQueue::read_loop() {
         }
         if (fds[1].revents != 0) {
             return;  // shutting down: the main thread no longer pops
+        }
+        if (signal_fd_ >= 0 && fds[2].revents != 0) {
+            on_shutdown_signal();
+            return;
         }
         if (fds[0].revents == 0) {
             continue;
@@ -88,16 +117,36 @@ void CommandQueue::read_loop() {
         if (n <= 0) {
             break;
         }
-        pending.append(buffer, static_cast<size_t>(n));
         size_t start = 0;
-        for (size_t nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n', start)) {
-            on_line(pending.substr(start, nl - start));
-            start = nl + 1;
+        while (start < static_cast<size_t>(n)) {
+            const auto * nl = static_cast<const char *>(std::memchr(buffer + start, '\n', static_cast<size_t>(n) - start));
+            const size_t end = nl ? static_cast<size_t>(nl - buffer) : static_cast<size_t>(n);
+            if (!discarding) {
+                const size_t room = max_line_ - pending.size();
+                pending.append(buffer + start, std::min(end - start, room));
+                if (end - start > room) {
+                    discarding = true;
+                    long_word = first_word(pending);
+                    std::string().swap(pending);  // give the memory back, not just the size
+                }
+            }
+            if (nl == nullptr) {
+                break;
+            }
+            if (discarding) {
+                on_too_long(long_word);
+                discarding = false;
+            } else {
+                on_line(std::move(pending));
+                pending.clear();
+            }
+            start = end + 1;
         }
-        pending.erase(0, start);
     }
     // EOF (or a read error): a final unterminated line still counts, then EOF.
-    if (!pending.empty()) {
+    if (discarding) {
+        on_too_long(long_word);
+    } else if (!pending.empty()) {
         on_line(std::move(pending));
     }
     QueuedCommand eof;

@@ -16,5 +16,12 @@ std::string handle_tokenize(Session & session, const CommandLine & cmd);        
 std::string handle_detokenize(Session & session, const CommandLine & cmd);                       // detokenize.cpp
 std::string handle_vocab(Session & session, const CommandLine & cmd);                            // vocab_table.cpp
 std::string handle_stats(Session & session, const CommandLine & cmd);                            // process_stats.cpp
+std::string handle_compress(Session & session, const CommandLine & cmd);                         // compress.cpp
+std::string handle_snapshot(Session & session, const CommandLine & cmd);                         // snapshots.cpp
+std::string handle_restore(Session & session, const CommandLine & cmd, uint64_t generate_seq);   // snapshots.cpp
+std::string handle_free_snapshot(Session & session, const CommandLine & cmd);                    // snapshots.cpp
+std::string handle_list_slots(Session & session, const CommandLine & cmd);                       // snapshots.cpp
+std::string handle_park(Session & session, const CommandLine & cmd);                             // park.cpp
+std::string handle_unpark(Session & session, const CommandLine & cmd);                           // park.cpp
 
 }  // namespace lucerna

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,11 @@
 #include "core/errors.h"
 #include "core/gguf_probe.h"
 #include "core/log.h"
+#include "core/park.h"
+#include "core/placement_flags.h"
+#include "core/rpc_server.h"
 #include "core/session.h"
+#include "core/signals.h"
 #include "core/wire.h"
 
 #ifndef LUCERNA_ENGINE_NAME
@@ -34,12 +39,29 @@ constexpr int kProtocolVersion = 1;
 // Commands each kind of role answers, in the order of the ready line.
 std::vector<std::string> capabilities(const RoleInfo & role) {
     if (role.generates) {
-        return {"generate", "tokenize", "detokenize", "vocab", "stats", "cancel", "quit"};
+        std::vector<std::string> caps = {"generate", "tokenize", "detokenize", "vocab", "stats",
+                                         "cancel", "snapshot", "restore", "free_snapshot", "list_slots",
+                                         "park", "unpark", "quit"};
+        if (std::string(role.name) == "pflash") {
+            caps.emplace_back("compress");
+        }
+        return caps;
     }
     return {"stats", "quit"};
 }
 
-bool is_stream_command(const std::string & name) { return name == "generate" || name == "tokenize"; }
+bool is_stream_command(const std::string & name) {
+    return name == "generate" || name == "tokenize" || name == "restore" || name == "compress";
+}
+
+// Every command of protocol version 1: one of these that a role does not serve is
+// `unsupported`, anything else `unknown_command` (PROTOCOL.md section 5).
+bool is_protocol_command(const std::string & name) {
+    static const char * const kCommands[] = {"generate", "tokenize", "detokenize", "vocab", "stats",
+                                             "quit", "exit", "cancel", "snapshot", "restore",
+                                             "free_snapshot", "list_slots", "park", "unpark", "compress"};
+    return std::find(std::begin(kCommands), std::end(kCommands), name) != std::end(kCommands);
+}
 
 // The private copy of the original stdout. fd 1 itself is pointed at stderr, so a
 // stray printf anywhere in the process (engine included) can never corrupt the
@@ -102,10 +124,31 @@ public:
 private:
     std::string dispatch(const QueuedCommand & queued, bool & quit) {
         const std::string name = first_word(queued.line);
+        if (queued.too_long) {
+            // Only the first word survived; a stream command still owes its single -1.
+            if (is_stream_command(name) && session_.stream.available()) {
+                session_.stream.begin();
+                session_.stream.terminate();
+            }
+            return err_line(ErrorCode::kLineTooLong, "the command line is longer than --max-line=" +
+                                                         std::to_string(session_.opts.max_line) +
+                                                         " bytes; it was discarded");
+        }
         if (name.empty()) {
             return {};
         }
         const bool known = std::find(caps_.begin(), caps_.end(), name) != caps_.end() || name == "exit";
+        if (!known && is_protocol_command(name)) {
+            // A stream command still owes its single -1, even refused.
+            if (is_stream_command(name) && session_.stream.available()) {
+                session_.stream.begin();
+                session_.stream.terminate();
+            }
+            return err_line(ErrorCode::kUnsupported, name == "compress"
+                                                         ? std::string("compress is served by the pflash role")
+                                                         : name + " is not served by " + session_.role.binary +
+                                                               "; see capabilities in the ready line");
+        }
         if (!known) {
             return err_line(ErrorCode::kUnknownCommand, name + " is not a command of " + session_.role.binary +
                                                             "; see capabilities in the ready line");
@@ -131,6 +174,9 @@ private:
         }
         std::string reply;
         try {
+            if (session_.parked && needs_weights(name)) {
+                throw ProtocolError(ErrorCode::kParked, "the target is parked; send unpark first");
+            }
             reply = handle(name, parse_command_line(queued.line), queued);
         } catch (const ProtocolError & error) {
             reply = err_line(error.code(), error.what());
@@ -149,6 +195,13 @@ private:
         if (name == "detokenize") return handle_detokenize(session_, cmd);
         if (name == "vocab") return handle_vocab(session_, cmd);
         if (name == "stats") return handle_stats(session_, cmd);
+        if (name == "compress") return handle_compress(session_, cmd);
+        if (name == "snapshot") return handle_snapshot(session_, cmd);
+        if (name == "restore") return handle_restore(session_, cmd, queued.generate_seq);
+        if (name == "free_snapshot") return handle_free_snapshot(session_, cmd);
+        if (name == "list_slots") return handle_list_slots(session_, cmd);
+        if (name == "park") return handle_park(session_, cmd);
+        if (name == "unpark") return handle_unpark(session_, cmd);
         if (name == "cancel") {
             cmd.expect_positional(0, "cancel");
             cmd.check_options({}, "cancel");
@@ -167,6 +220,10 @@ int run_daemon(Role role, int argc, char ** argv) {
     const RoleInfo & info = role_info(role);
     set_log_prefix(info.binary);
     std::signal(SIGPIPE, SIG_IGN);  // a vanished reader shows up as EPIPE, handled per write
+    if (!follow_parent_death()) {
+        log_line("the parent process is already gone; exiting");
+        return 0;
+    }
 
     const int protocol_fd = take_protocol_fd();
     if (protocol_fd < 0) {
@@ -180,6 +237,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     std::string arch;
     try {
         opts = parse_daemon_args(argc, argv);
+        check_placement_flags(role, opts.placement);
         arch = read_gguf_architecture(opts.model_path);
         if (std::find(info.archs.begin(), info.archs.end(), arch) == info.archs.end()) {
             throw ProtocolError(ErrorCode::kWrongArch, std::string(info.binary) + " serves " + joined_archs(info) +
@@ -196,7 +254,21 @@ int run_daemon(Role role, int argc, char ** argv) {
     } catch (const ProtocolError & error) {
         return fail_startup(out, error);
     }
-    if (!out.write_line(ready_line(info, engine))) {
+    // The ds4 shard's device server; declared after the backend so it stops first.
+    std::unique_ptr<RpcServer> rpc;
+    if (role == Role::kDs4Shard) {
+        try {
+            rpc = RpcServer::start(opts.placement.rpc_listen.value_or(PlacementOptions::kDefaultRpcListen),
+                                   shard_device(), opts.n_threads);
+        } catch (const ProtocolError & error) {
+            return fail_startup(out, error);
+        }
+    }
+    // From the ready line on, SIGTERM/SIGINT end the command loop (a running generation
+    // finishing with its -1 and reply) instead of the process; while loading they keep
+    // their default action, which is the prompt exit a supervisor wants then.
+    ShutdownSignals signals;
+    if (!out.write_line(ready_line(info, engine) + (rpc ? rpc->ready_fields() : ""))) {
         return 0;  // nobody is listening
     }
     log_line("ready: %s (%s, %s, n_ctx=%d)", opts.model_path.c_str(), arch.c_str(), engine.backend.c_str(),
@@ -204,9 +276,9 @@ int run_daemon(Role role, int argc, char ** argv) {
 
     TokenStream stream(opts.stream_fd);
     CancelState cancel;
-    Session session{info, opts, engine, stream, cancel, {}};
+    Session session(info, opts, engine, stream, cancel);
     Dispatcher dispatcher(session);
-    CommandQueue queue(STDIN_FILENO, cancel);
+    CommandQueue queue(STDIN_FILENO, cancel, static_cast<size_t>(opts.max_line), signals.fd());
     while (true) {
         const QueuedCommand queued = queue.pop();
         if (queued.eof) {

@@ -5,10 +5,11 @@
 #include <stdexcept>
 
 #include "core/errors.h"
+#include "core/gguf_probe.h"
 #include "core/log.h"
 #include "ggml-backend.h"
 // llama-ext.h (the engine's staging API) is the only way to ask which devices a loaded
-// model uses; this translation unit is the only one in core that includes it.
+// model uses; besides this translation unit only core/placement.cpp includes it.
 #include "llama-ext.h"
 
 namespace lucerna {
@@ -34,7 +35,9 @@ std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
     const int32_t n_devices = llama_model_n_devices(model);
     for (int32_t i = 0; i < n_devices; ++i) {
         ggml_backend_dev_t dev = llama_model_get_device(model, i);
-        if (dev == nullptr) {
+        // RPC devices (--rpc) are remote; the ready line names this host's backend, and
+        // `stats` shows what lives where (core/placement.h).
+        if (dev == nullptr || backend_of_device(dev) == "rpc") {
             continue;
         }
         const auto type = ggml_backend_dev_type(dev);
@@ -77,6 +80,15 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     llama_model_params mparams = llama_model_default_params();
     mparams.n_gpu_layers = opts.n_gpu_layers;
     mparams.progress_callback = quiet_progress;
+    mparams.vocab_only = !with_context;
+    if (with_context) {
+        loaded.placement = Placement::plan(opts.placement, opts.model_path, opts.n_gpu_layers);
+        loaded.placement->apply(mparams);
+        const std::string placed = loaded.placement->describe();
+        if (!placed.empty()) {
+            log_line("placement: %s", placed.c_str());
+        }
+    }
     loaded.model.reset(llama_model_load_from_file(opts.model_path.c_str(), mparams));
     if (!loaded.model) {
         throw ProtocolError(ErrorCode::kLoadFailed,
@@ -84,7 +96,8 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     }
     loaded.vocab = llama_model_get_vocab(loaded.model.get());
     loaded.n_vocab = llama_vocab_n_tokens(loaded.vocab);
-    loaded.n_ctx_train = llama_model_n_ctx_train(loaded.model.get());
+    loaded.n_ctx_train = with_context ? llama_model_n_ctx_train(loaded.model.get())
+                                      : read_gguf_context_length(opts.model_path, arch);
     loaded.n_ctx = opts.n_ctx;
     if (loaded.n_ctx_train > 0 && loaded.n_ctx > loaded.n_ctx_train) {
         log_line("--n-ctx=%d is beyond the model's n_ctx_train=%d; using %d", opts.n_ctx, loaded.n_ctx_train,
@@ -96,8 +109,11 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     if (with_context) {
         llama_context_params cparams = llama_context_default_params();
         cparams.n_ctx = static_cast<uint32_t>(loaded.n_ctx);
-        cparams.n_batch = static_cast<uint32_t>(std::min(loaded.n_ctx, 2048));
-        cparams.n_ubatch = std::min(cparams.n_batch, 512u);
+        // One prefill chunk is one engine batch and one micro-batch: the engine must not
+        // re-split our chunks, or a restored run would no longer see the batches an
+        // uninterrupted run saw (PROTOCOL.md 5.5, measured: logits depend on the split).
+        cparams.n_batch = static_cast<uint32_t>(std::min(loaded.n_ctx, opts.chunk));
+        cparams.n_ubatch = cparams.n_batch;
         cparams.n_seq_max = 1;
         cparams.n_threads = opts.n_threads;
         cparams.n_threads_batch = opts.n_threads;

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/args.h"
+#include "core/placement.h"
 #include "llama-cpp.h"
 #include "llama.h"
 
@@ -40,6 +42,9 @@ private:
 };
 
 struct LoadedModel {
+    // Before `model`: the engine keeps pointers into it (devices, tensor overrides)
+    // for as long as the model lives, so it must be freed after the model.
+    std::unique_ptr<Placement> placement;
     llama_model_ptr model;
     llama_context_ptr context;  // null for roles that only hold weights
     const llama_vocab * vocab = nullptr;
@@ -51,7 +56,9 @@ struct LoadedModel {
 };
 
 // Loads the GGUF (architecture already checked) and, if `with_context`, creates the
-// single-sequence context. Throws ProtocolError load_failed / context_failed.
+// single-sequence context. Without a context (the ds4 shard) only the vocabulary and
+// hyperparameters are read: the shard's device is filled over RPC by its target.
+// Throws ProtocolError load_failed / context_failed (and what Placement::plan throws).
 LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, bool with_context);
 
 }  // namespace lucerna

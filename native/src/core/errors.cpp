@@ -19,6 +19,16 @@ const char * error_code_name(ErrorCode code) {
         case ErrorCode::kNoStreamFd: return "no_stream_fd";
         case ErrorCode::kDecodeFailed: return "decode_failed";
         case ErrorCode::kIoFailed: return "io_failed";
+        case ErrorCode::kUnsupported: return "unsupported";
+        case ErrorCode::kRpcFailed: return "rpc_failed";
+        case ErrorCode::kLineTooLong: return "line_too_long";
+        case ErrorCode::kBadGrammar: return "bad_grammar";
+        case ErrorCode::kBadSlot: return "bad_slot";
+        case ErrorCode::kEmptySlot: return "empty_slot";
+        case ErrorCode::kEmptySequence: return "empty_sequence";
+        case ErrorCode::kSnapshotMismatch: return "snapshot_mismatch";
+        case ErrorCode::kSnapshotFailed: return "snapshot_failed";
+        case ErrorCode::kParked: return "parked";
     }
     return "internal";
 }
@@ -30,6 +40,7 @@ int startup_exit_code(ErrorCode code) {
         case ErrorCode::kWrongArch:
         case ErrorCode::kLoadFailed: return 3;
         case ErrorCode::kContextFailed: return 4;
+        case ErrorCode::kRpcFailed: return 5;
         default: return 1;
     }
 }

@@ -25,12 +25,23 @@ enum class ErrorCode {
     kNoStreamFd,
     kDecodeFailed,
     kIoFailed,
+    kUnsupported,
+    kRpcFailed,
+    kLineTooLong,
+    kBadGrammar,
+    kBadSlot,
+    kEmptySlot,
+    kEmptySequence,
+    kSnapshotMismatch,
+    kSnapshotFailed,
+    kParked,
 };
 
 // The wire name: "bad_flag", "context_overflow", ...
 const char * error_code_name(ErrorCode code);
 
-// Process exit code for a startup error (2 bad command line, 3 model, 4 context).
+// Process exit code for a startup error (2 bad command line, 3 model, 4 context,
+// 5 the ds4 shard's RPC server could not listen).
 int startup_exit_code(ErrorCode code);
 
 // Thrown by command handlers and startup steps; `detail` is for humans.

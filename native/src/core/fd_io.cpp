@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 namespace lucerna {
 
@@ -18,6 +19,21 @@ bool write_all(int fd, const void * data, size_t size) {
             return false;
         }
         done += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+bool write_file_atomically(const std::string & path, const std::string & bytes) {
+    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+    FILE * file = std::fopen(tmp.c_str(), "wb");
+    if (file == nullptr) {
+        return false;
+    }
+    const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
+    const bool closed = std::fclose(file) == 0;
+    if (!written || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        return false;
     }
     return true;
 }

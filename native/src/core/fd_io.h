@@ -1,7 +1,9 @@
-// Raw writes to the daemon's output fds (the protocol fd and the stream fd).
+// Raw writes to the daemon's output fds (the protocol fd and the stream fd), and the
+// files commands write (`vocab`, `stats path=`).
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace lucerna {
 
@@ -9,5 +11,9 @@ namespace lucerna {
 // stream values must reach the peer whole or not at all. Returns false once the peer
 // is gone (or the fd fails); the caller then shuts down.
 bool write_all(int fd, const void * data, size_t size);
+
+// Writes next to `path` and renames, so a reader never sees half a file. Returns false
+// (leaving nothing behind) when any step fails.
+bool write_file_atomically(const std::string & path, const std::string & bytes);
 
 }  // namespace lucerna

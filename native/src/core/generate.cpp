@@ -1,14 +1,25 @@
 // generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F]
 //          [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,ID,...] [ignore_eos=0|1]
+//          [grammar=<text>] [snap=L:S]
 //
-// Clears the sequence, prefills the prompt in chunks of n_batch, then decodes one
-// token at a time, writing each sampled token to the stream as soon as it exists.
+// Clears the sequence, prefills the prompt in chunks, then decodes one token at a time,
+// writing each sampled token to the stream as soon as it exists. `restore` (snapshots.cpp)
+// runs the same path from a snapshot instead of an empty sequence.
+//
+// Chunks end at absolute positions that are multiples of the chunk size (--chunk), at an
+// inline snapshot's position and at the end of the prompt. On CPU the engine's logits
+// depend on how a prefill is split into batches (measured on gemma3 and on the qwen35
+// hybrid: different last-position logits for one batch versus two), so this alignment
+// is what lets a restore from an aligned snapshot reproduce an uninterrupted run.
+#include "core/generate.h"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <vector>
 
 #include "core/commands.h"
+#include "core/grammar.h"
 #include "core/token_refs.h"
 
 namespace lucerna {
@@ -16,27 +27,7 @@ namespace {
 
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
-    "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1]";
-
-struct SamplingParams {
-    float temp = 0.0f;  // 0: greedy argmax, every other knob unused
-    int32_t top_k = 0;  // 0: off
-    float top_p = 1.0f;
-    float min_p = 0.0f;
-    float rep_pen = 1.0f;
-    float freq_pen = 0.0f;
-    float pres_pen = 0.0f;
-    int32_t rep_window = 64;
-    uint32_t seed = 0;
-};
-
-struct GenerateRequest {
-    std::vector<int32_t> prompt;
-    int32_t n_gen = 0;
-    SamplingParams sampling;
-    std::vector<int32_t> stop;
-    bool ignore_eos = false;
-};
+    "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [snap=L:S]";
 
 enum class Finish { kEog, kLength, kStop, kCancelled };
 
@@ -58,20 +49,43 @@ float parse_unit(const char * key, const std::string & value) {
     return static_cast<float>(v);
 }
 
-// The engine reads LLAMA_DEFAULT_SEED (0xFFFFFFFF) as "seed from the clock"; every seed
-// we are given must be deterministic, so that one value is replaced by its neighbour.
-uint32_t deterministic_seed(uint32_t seed) { return seed == LLAMA_DEFAULT_SEED ? LLAMA_DEFAULT_SEED - 1 : seed; }
+// snap=L:S. L is range-checked against the prompt once it is read; a bad S is bad_slot.
+void parse_snap(const Session & session, const std::string & value, GenerateRequest & req) {
+    const size_t colon = value.find(':');
+    if (colon == std::string::npos) {
+        throw ProtocolError(ErrorCode::kBadArgs, "snap=" + value + " must be L:S (prompt position, slot)");
+    }
+    req.snap_pos = static_cast<int32_t>(
+        parse_int("snap position", value.substr(0, colon), 1, std::numeric_limits<int32_t>::max()));
+    req.snap_slot = session.snapshots.parse_slot(value.substr(colon + 1));
+}
 
-// Validation order: arguments, token source, empty prompt, token range, context size.
-GenerateRequest parse_request(const Session & session, const CommandLine & cmd) {
-    cmd.expect_positional(2, kUsage);
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+void decode_or_throw(llama_context * ctx, const Batch & batch, const char * what) {
+    const int32_t rc = llama_decode(ctx, batch.get());
+    if (rc != 0) {
+        throw ProtocolError(ErrorCode::kDecodeFailed, std::string("llama_decode failed during ") + what +
+                                                          " (code " + std::to_string(rc) + ")");
+    }
+}
+
+double tokens_per_second(uint64_t n, double ms) { return ms > 0.0 ? static_cast<double>(n) * 1000.0 / ms : 0.0; }
+
+}  // namespace
+
+GenerateRequest parse_generate_request(const Session & session, const CommandLine & cmd, const std::string & ids,
+                                       const std::string & n_gen, const char * usage) {
     cmd.check_options({"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen", "rep_window", "seed",
-                       "stop", "ignore_eos"},
-                      kUsage);
+                       "stop", "ignore_eos", "grammar", "snap"},
+                      usage);
     GenerateRequest req;
-    req.n_gen = static_cast<int32_t>(parse_int("n_gen", cmd.positional[1], 1, std::numeric_limits<int32_t>::max()));
+    req.n_gen = static_cast<int32_t>(parse_int("n_gen", n_gen, 1, std::numeric_limits<int32_t>::max()));
     SamplingParams & sp = req.sampling;
     sp.seed = session.opts.seed;
+    const std::string * grammar_ref = nullptr;
     for (const auto & [key, value] : cmd.options) {
         if (key == "temp") {
             const double t = parse_float("temp", value);
@@ -104,12 +118,16 @@ GenerateRequest parse_request(const Session & session, const CommandLine & cmd) 
             req.stop = parse_id_list(value, "stop");
         } else if (key == "ignore_eos") {
             req.ignore_eos = parse_bool01("ignore_eos", value);
+        } else if (key == "grammar") {
+            grammar_ref = &value;
+        } else if (key == "snap") {
+            parse_snap(session, value, req);
         }
     }
 
-    req.prompt = read_token_ref(cmd.positional[0]);
+    req.prompt = read_token_ref(ids);
     if (req.prompt.empty()) {
-        throw ProtocolError(ErrorCode::kEmptyPrompt, "generate needs at least one prompt token");
+        throw ProtocolError(ErrorCode::kEmptyPrompt, std::string(cmd.name) + " needs at least one prompt token");
     }
     check_token_ids(req.prompt, session.engine.n_vocab);
     check_token_ids(req.stop, session.engine.n_vocab);
@@ -119,128 +137,150 @@ GenerateRequest parse_request(const Session & session, const CommandLine & cmd) 
                             "n_prompt=" + std::to_string(req.prompt.size()) + " + n_gen=" + std::to_string(req.n_gen) +
                                 " exceeds n_ctx=" + std::to_string(session.engine.n_ctx));
     }
+    if (req.snap_pos > static_cast<int64_t>(req.prompt.size())) {
+        throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
+                                                     std::to_string(req.snap_slot) + " is past the prompt (n_prompt=" +
+                                                     std::to_string(req.prompt.size()) + ")");
+    }
+    if (grammar_ref != nullptr) {
+        req.grammar = make_grammar_sampler(session.engine.vocab, read_text_ref(*grammar_ref));
+    }
     return req;
 }
 
-// penalties -> top_k -> top_p -> min_p -> temperature -> draw(seed); each stage only
-// when it does something, so the chain is the same as the protocol's.
-llama_sampler_ptr make_sampler(const SamplingParams & sp, int32_t n_vocab) {
-    llama_sampler_ptr chain(llama_sampler_chain_init(llama_sampler_chain_default_params()));
-    if (sp.rep_pen != 1.0f || sp.freq_pen != 0.0f || sp.pres_pen != 0.0f) {
-        llama_sampler_chain_add(
-            chain.get(), llama_sampler_init_penalties(n_vocab, sp.rep_window, sp.rep_pen, sp.freq_pen, sp.pres_pen));
-    }
-    if (sp.top_k > 0) {
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_top_k(sp.top_k));
-    }
-    if (sp.top_p < 1.0f) {  // top_p=0 keeps the single most likely token
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_top_p(sp.top_p, 1));
-    }
-    if (sp.min_p > 0.0f) {
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_min_p(sp.min_p, 1));
-    }
-    llama_sampler_chain_add(chain.get(), llama_sampler_init_temp(sp.temp));
-    llama_sampler_chain_add(chain.get(), llama_sampler_init_dist(deterministic_seed(sp.seed)));
-    return chain;
-}
-
-// Greedy: the first index of the largest logit, so ties resolve the same everywhere.
-llama_token argmax_token(llama_context * ctx, int32_t n_vocab) {
-    const float * logits = llama_get_logits_ith(ctx, -1);
-    return static_cast<llama_token>(std::max_element(logits, logits + n_vocab) - logits);
-}
-
-double elapsed_ms(std::chrono::steady_clock::time_point since) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
-}
-
-void decode_or_throw(llama_context * ctx, const Batch & batch, const char * what) {
-    const int32_t rc = llama_decode(ctx, batch.get());
-    if (rc != 0) {
-        throw ProtocolError(ErrorCode::kDecodeFailed, std::string("llama_decode failed during ") + what +
-                                                          " (code " + std::to_string(rc) + ")");
-    }
-}
-
-}  // namespace
-
-std::string handle_generate(Session & session, const CommandLine & cmd, uint64_t generate_seq) {
-    const GenerateRequest req = parse_request(session, cmd);
+std::string run_generation(Session & session, const GenerateRequest & req, uint64_t generate_seq,
+                           const char * command, const Snapshot * from) {
     LoadedModel & engine = session.engine;
     llama_context * ctx = engine.context.get();
+    LiveSequence & live = session.live;
     const auto n_prompt = static_cast<int32_t>(req.prompt.size());
-    const bool greedy = req.sampling.temp <= 0.0f;
-    llama_sampler_ptr sampler = greedy ? nullptr : make_sampler(req.sampling, engine.n_vocab);
+    const auto n_reused = from ? static_cast<int32_t>(from->tokens.size()) : 0;
+    if (req.snap_pos != 0 && req.snap_pos < n_reused) {
+        throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
+                                                     std::to_string(req.snap_slot) +
+                                                     " is inside the restored prefix (n_reused=" +
+                                                     std::to_string(n_reused) + ")");
+    }
+    TokenPicker picker(req.sampling, engine.vocab, req.grammar.get());
 
     ++session.stats.requests;
-    session.stats.tokens_prompt += static_cast<uint64_t>(n_prompt);
     auto cancelled = [&] { return session.cancel.cancelled(generate_seq); };
 
     int32_t n_out = 0;
     Finish finish = Finish::kLength;
-    double prefill_ms = 0.0;
+    bool snapped = false;
     const auto t_prefill = std::chrono::steady_clock::now();
-
-    llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
-    const auto n_batch = static_cast<int32_t>(llama_n_batch(ctx));
-    Batch batch(std::max(n_batch, 1));
-    for (int32_t start = 0; start < n_prompt && !cancelled(); start += batch.capacity()) {
-        batch.clear();
-        const int32_t end = std::min(n_prompt, start + batch.capacity());
-        for (int32_t i = start; i < end; ++i) {
-            batch.add(req.prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == n_prompt - 1);
+    double prefill_ms = 0.0;
+    const auto n_chunk = static_cast<int64_t>(std::max<uint32_t>(llama_n_batch(ctx), 1));
+    Batch batch(static_cast<int32_t>(n_chunk));
+    auto snapshot_here = [&] {
+        session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab));
+        snapped = true;
+    };
+    try {
+        if (from) {
+            load_snapshot(ctx, *from, live);  // `from` may be replaced by snapshot_here below
+        } else {
+            llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+            live.clear();
         }
-        decode_or_throw(ctx, batch, "prefill");
-    }
-    if (sampler) {
-        // Penalties look back over the prompt too, as they would over earlier turns.
-        const int32_t from = std::max(0, n_prompt - req.sampling.rep_window);
-        for (int32_t i = from; i < n_prompt; ++i) {
-            llama_sampler_accept(sampler.get(), req.prompt[static_cast<size_t>(i)]);
+        if (req.snap_pos != 0 && req.snap_pos == n_reused) {
+            snapshot_here();
         }
-    }
-    prefill_ms = elapsed_ms(t_prefill);
-
-    const auto t_decode = std::chrono::steady_clock::now();
-    if (cancelled()) {
-        finish = Finish::kCancelled;
-    } else {
-        while (true) {
-            const llama_token token =
-                sampler ? llama_sampler_sample(sampler.get(), ctx, -1) : argmax_token(ctx, engine.n_vocab);
-            if (!req.ignore_eos && llama_vocab_is_eog(engine.vocab, token)) {
-                finish = Finish::kEog;
-                break;
-            }
-            if (!session.stream.write(token)) {
-                throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
-            }
-            ++n_out;
-            ++session.stats.tokens_generated;
-            if (std::find(req.stop.begin(), req.stop.end(), token) != req.stop.end()) {
-                finish = Finish::kStop;
-                break;
-            }
-            if (n_out >= req.n_gen) {
-                finish = Finish::kLength;
-                break;
-            }
-            if (cancelled()) {
-                finish = Finish::kCancelled;
-                break;
+        for (int32_t pos = n_reused; pos < n_prompt && !cancelled();) {
+            auto end = static_cast<int32_t>(std::min<int64_t>(n_prompt, (pos / n_chunk + 1) * n_chunk));
+            if (req.snap_pos > pos && req.snap_pos < end) {
+                end = req.snap_pos;
             }
             batch.clear();
-            batch.add(token, n_prompt + n_out - 1, /*want_logits =*/true);
-            decode_or_throw(ctx, batch, "decode");
+            for (int32_t i = pos; i < end; ++i) {
+                // Every chunk outputs its last position, so the live sequence always has
+                // logits to snapshot; an uninterrupted run does the same, so this does not
+                // break exactness.
+                batch.add(req.prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == end - 1);
+            }
+            decode_or_throw(ctx, batch, "prefill");
+            live.decoded(req.prompt.data() + pos, static_cast<size_t>(end - pos));
+            session.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
+            pos = end;
+            if (pos % n_chunk == 0) {
+                canonicalize_window_cells(ctx);  // where a restore from here would start
+            }
+            if (pos == req.snap_pos) {
+                snapshot_here();
+            }
         }
+        picker.accept_prompt(req.prompt);
+        prefill_ms = elapsed_ms(t_prefill);
+
+        const auto t_decode = std::chrono::steady_clock::now();
+        if (cancelled()) {
+            finish = Finish::kCancelled;
+        } else {
+            while (true) {
+                const std::optional<llama_token> picked = picker.pick(live.last_logits(ctx));
+                if (!picked) {
+                    finish = Finish::kStop;  // the grammar is complete
+                    break;
+                }
+                const llama_token token = *picked;
+                if (!req.ignore_eos && llama_vocab_is_eog(engine.vocab, token)) {
+                    finish = Finish::kEog;
+                    break;
+                }
+                if (!session.stream.write(token)) {
+                    throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
+                }
+                ++n_out;
+                ++session.stats.tokens_generated;
+                if (std::find(req.stop.begin(), req.stop.end(), token) != req.stop.end()) {
+                    finish = Finish::kStop;
+                    break;
+                }
+                if (n_out >= req.n_gen) {
+                    finish = Finish::kLength;
+                    break;
+                }
+                if (cancelled()) {
+                    finish = Finish::kCancelled;
+                    break;
+                }
+                batch.clear();
+                batch.add(token, live.size(), /*want_logits =*/true);
+                decode_or_throw(ctx, batch, "decode");
+                live.decoded(&token, 1);
+            }
+        }
+        const double decode_ms = elapsed_ms(t_decode);
+        if (finish == Finish::kCancelled) {
+            ++session.stats.cancelled;
+        }
+        session.stats.last_prefill_tok_s = tokens_per_second(static_cast<uint64_t>(n_prompt - n_reused), prefill_ms);
+        session.stats.last_decode_tok_s = tokens_per_second(static_cast<uint64_t>(n_out), decode_ms);
+
+        OkReply reply(command);
+        reply.add("n_prompt", n_prompt);
+        if (from) {
+            reply.add("n_reused", n_reused);
+        }
+        reply.add("n_gen", n_out).add("finish", finish_name(finish)).add_ms("prefill_ms", prefill_ms).add_ms(
+            "decode_ms", decode_ms);
+        if (snapped) {
+            reply.add("snap_slot", req.snap_slot).add("snap_pos", req.snap_pos);
+        }
+        return reply.line();
+    } catch (...) {
+        // A failed decode leaves the context in a state we no longer know: start over.
+        llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+        live.clear();
+        throw;
     }
-    return OkReply("generate")
-        .add("n_prompt", n_prompt)
-        .add("n_gen", n_out)
-        .add("finish", finish_name(finish))
-        .add_ms("prefill_ms", prefill_ms)
-        .add_ms("decode_ms", elapsed_ms(t_decode))
-        .line();
+}
+
+std::string handle_generate(Session & session, const CommandLine & cmd, uint64_t generate_seq) {
+    cmd.expect_positional(2, kUsage);
+    const GenerateRequest req = parse_generate_request(session, cmd, cmd.positional[0], cmd.positional[1], kUsage);
+    return run_generation(session, req, generate_seq, "generate", nullptr);
 }
 
 }  // namespace lucerna

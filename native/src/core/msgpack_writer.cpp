@@ -1,6 +1,7 @@
 #include "core/msgpack_writer.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace lucerna {
 namespace {
@@ -85,5 +86,13 @@ void MsgpackWriter::integer(int64_t value) {
 }
 
 void MsgpackWriter::boolean(bool value) { u8(value ? 0xc3 : 0xc2); }
+
+void MsgpackWriter::real(double value) {
+    uint64_t bits = 0;
+    static_assert(sizeof(bits) == sizeof(value), "IEEE 754 double expected");
+    std::memcpy(&bits, &value, sizeof(bits));
+    u8(0xcb);
+    be(bits, 8);
+}
 
 }  // namespace lucerna

@@ -1,5 +1,5 @@
-// The few msgpack encodings the piece table needs (map, str, array, bin, int, bool),
-// written by hand so the daemons need no msgpack library. Multi-byte lengths and
+// The few msgpack encodings the piece table and `stats` need (map, str, array, bin, int,
+// float64, bool), written by hand so the daemons need no msgpack library. Multi-byte lengths and
 // integers are big-endian, as the msgpack spec requires.
 #pragma once
 
@@ -16,6 +16,7 @@ public:
     void str(std::string_view text);
     void bin(std::string_view bytes);
     void integer(int64_t value);
+    void real(double value);  // float64, for `stats path=`
     void boolean(bool value);
 
     const std::string & bytes() const { return out_; }

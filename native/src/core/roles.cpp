@@ -5,7 +5,7 @@ namespace lucerna {
 const RoleInfo & role_info(Role role) {
     static const RoleInfo kQwen35 = {"qwen35", "lucerna-qwen35", {"qwen35", "qwen35moe", "qwen3", "gemma3", "llama"},
                                      true};
-    static const RoleInfo kLaguna = {"laguna", "lucerna-laguna", {"laguna"}, true};
+    static const RoleInfo kLaguna = {"laguna", "lucerna-laguna", {"laguna", "deepseek4"}, true};
     static const RoleInfo kPflash = {"pflash", "lucerna-pflash", {"qwen3", "qwen35", "gemma3", "llama"}, true};
     static const RoleInfo kDs4Shard = {"ds4_shard", "lucerna-ds4-shard", {"deepseek4"}, false};
     switch (role) {

@@ -14,7 +14,8 @@ struct RoleInfo {
     const char * binary;  // "lucerna-qwen35"
     std::vector<std::string> archs;
     // Generating roles hold a llama_context and answer generate/tokenize/...; the
-    // DeepSeek-V4 expert shard only holds weights (it becomes a ggml-rpc server).
+    // DeepSeek-V4 expert shard holds no weights of its own: it serves its device over
+    // ggml RPC and the target daemon places tensors there (PROTOCOL.md 5.8).
     bool generates;
 };
 

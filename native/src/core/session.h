@@ -1,20 +1,27 @@
-// What a command handler works with: the loaded model, the stream, the counters.
+// What a command handler works with: the loaded model, the stream, the counters, the
+// live sequence and the snapshot slots.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 #include "core/args.h"
 #include "core/cancel.h"
 #include "core/engine.h"
 #include "core/roles.h"
+#include "core/sequence.h"
+#include "core/snapshots.h"
 #include "core/stream.h"
 
 namespace lucerna {
 
 struct Stats {
-    uint64_t requests = 0;  // generate commands that ran (including cancelled ones)
-    uint64_t tokens_prompt = 0;
+    uint64_t requests = 0;       // generate and restore commands that ran (including cancelled ones)
+    uint64_t tokens_prompt = 0;  // prompt tokens prefilled (a restore's reused ones are not)
     uint64_t tokens_generated = 0;
+    uint64_t cancelled = 0;
+    double last_prefill_tok_s = 0.0;  // of the last generate or restore; 0 before any
+    double last_decode_tok_s = 0.0;
 };
 
 struct Session {
@@ -24,6 +31,21 @@ struct Session {
     TokenStream & stream;
     CancelState & cancel;
     Stats stats;
+    SnapshotStore snapshots;
+    LiveSequence live;
+    bool parked = false;  // the target's weights and context are released (core/park.h)
+    uint64_t model_bytes = 0;  // the target's weights as loaded; park does not change it
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+    Session(const RoleInfo & role_, const DaemonOptions & opts_, LoadedModel & engine_, TokenStream & stream_,
+            CancelState & cancel_)
+        : role(role_),
+          opts(opts_),
+          engine(engine_),
+          stream(stream_),
+          cancel(cancel_),
+          snapshots(opts_.n_slots),
+          model_bytes(engine_.model ? llama_model_size(engine_.model.get()) : 0) {}
 };
 
 }  // namespace lucerna

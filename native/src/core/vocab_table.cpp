@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/commands.h"
+#include "core/fd_io.h"
 #include "core/msgpack_writer.h"
 
 namespace lucerna {
@@ -61,22 +62,6 @@ std::string piece_table(const llama_vocab * vocab, int32_t n_vocab) {
     out.str("add_bos");
     out.boolean(llama_vocab_get_add_bos(vocab));
     return out.bytes();
-}
-
-// Writes next to the target and renames, so a reader never sees half a table.
-bool write_file_atomically(const std::string & path, const std::string & bytes) {
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-    FILE * file = std::fopen(tmp.c_str(), "wb");
-    if (file == nullptr) {
-        return false;
-    }
-    const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
-    const bool closed = std::fclose(file) == 0;
-    if (!written || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        return false;
-    }
-    return true;
 }
 
 }  // namespace

@@ -257,11 +257,31 @@ OkReply & OkReply::add_ms(std::string_view key, double milliseconds) {
 }
 
 std::string err_line(ErrorCode code, std::string_view detail) {
+    // Details often quote what the client sent, which may be any bytes: cap the echo and
+    // keep the reply one line of UTF-8 (control bytes and, in a detail that is not UTF-8,
+    // every non-ASCII byte become %XX).
+    constexpr size_t kMaxDetail = 400;
+    const bool truncated = detail.size() > kMaxDetail;
+    detail = detail.substr(0, kMaxDetail);
+    const bool utf8 = is_valid_utf8(detail);
+    static const char kHex[] = "0123456789ABCDEF";
     std::string line = "err ";
     line.append(error_code_name(code));
     line.push_back(' ');
-    for (const char c : detail) {
-        line.push_back(c == '\n' || c == '\r' ? ' ' : c);
+    for (const char ch : detail) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '\n' || c == '\r') {
+            line.push_back(' ');
+        } else if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8)) {
+            line.push_back('%');
+            line.push_back(kHex[c >> 4]);
+            line.push_back(kHex[c & 0xf]);
+        } else {
+            line.push_back(ch);
+        }
+    }
+    if (truncated) {
+        line.append("...");
     }
     return line;
 }

@@ -1,0 +1,52 @@
+// How much the end of a prompt attends to each of its tokens, as the drafter sees it:
+// the importance score behind pflash's `compress` (PROTOCOL.md 5.7).
+//
+// How. The prompt is prefilled into a scoring context of its own, except its last
+// `lookahead` tokens; those are then decoded as one final micro-batch while an engine
+// eval callback (llama_context_params.cb_eval) reads each layer's attention
+// probabilities, the "kq_soft_max-<layer>" tensors of the engine's graph. That tensor
+// is only lookahead x n_kv x n_head, so a 128K-token prompt never materialises an
+// N x N matrix; and the probabilities are the engine's own (mask, soft-capping, sinks,
+// GQA), not a re-derivation. The catch: flash attention never forms the probabilities,
+// so the scoring context runs without it, and prefill then builds ubatch x n_kv
+// attention blocks per layer; its ubatch is sized to keep that block bounded.
+//
+// Why a context of its own rather than the daemon's: compress must not disturb the
+// live sequence that generate, snapshot and restore work on, and the main context
+// keeps flash attention for generation. It lives only for one call.
+//
+// Which layers count. Column j of a layer's probabilities is KV cell j. In a fresh
+// cache filled in order, cell j holds position j whenever the layer's cache holds the
+// whole prompt; a sliding-window layer whose cache is smaller has recycled cells and
+// sees only the window anyway, so it is left out (on Gemma 3 the global layers score,
+// the local ones do not, unless the prompt fits in their window).
+//
+// Pooling. For every counted layer and head, the probability mass the lookahead
+// queries put on token j is averaged over the queries; a token's score is the largest
+// of those averages over layers and heads. The maximum, not the mean, because the
+// heads that retrieve are few and averaging dilutes their peak with the heads that
+// attend to the first token or to recent ones. Measured on Gemma 3 270M needle
+// haystacks (1.4K tokens, 10 needle positions) both keep the needle down to a keep
+// ratio of 0.07; at 0.05 (a single free chunk) the maximum kept it 5 times, the mean 4.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "llama.h"
+
+namespace lucerna {
+
+struct AttentionScores {
+    std::vector<float> per_token;  // one score per prompt token, in [0, 1]
+    int32_t layers_used = 0;       // layers whose probabilities were counted
+    int32_t n_query = 0;           // lookahead queries actually used (<= prompt length)
+};
+
+// Throws ProtocolError: context_failed if the scoring context cannot be created,
+// decode_failed if a decode step fails. `lookahead` >= 1; `prompt` non-empty, ids
+// already checked against the vocabulary.
+AttentionScores score_prompt_attention(llama_model * model, const std::vector<int32_t> & prompt, int32_t lookahead,
+                                       int32_t n_threads);
+
+}  // namespace lucerna

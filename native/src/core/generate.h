@@ -1,0 +1,40 @@
+// The generation path that `generate` and `restore` share (PROTOCOL.md 5.1, 5.5):
+// option parsing, chunked prefill with inline snapshots, and the decode loop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/sampling.h"
+#include "core/session.h"
+#include "core/snapshots.h"
+#include "core/wire.h"
+#include "llama-cpp.h"
+
+namespace lucerna {
+
+struct GenerateRequest {
+    std::vector<int32_t> prompt;
+    int32_t n_gen = 0;
+    SamplingParams sampling;
+    std::vector<int32_t> stop;
+    bool ignore_eos = false;
+    llama_sampler_ptr grammar;  // null: unconstrained
+    int32_t snap_pos = 0;       // snap=L:S; 0: none
+    int32_t snap_slot = -1;
+};
+
+// Parses `<ids> <n_gen> [options]` given as words. Validation order: option values,
+// token source, empty prompt, token range, context size, grammar. Throws ProtocolError.
+GenerateRequest parse_generate_request(const Session & session, const CommandLine & cmd, const std::string & ids,
+                                       const std::string & n_gen, const char * usage);
+
+// Prefills `req.prompt` and decodes, streaming each token; returns the reply line of
+// `command`. With `from`, the sequence starts as that snapshot (its tokens must be a
+// prefix of the prompt, checked by the caller) and only the rest is prefilled;
+// otherwise it starts empty.
+std::string run_generation(Session & session, const GenerateRequest & req, uint64_t generate_seq,
+                           const char * command, const Snapshot * from);
+
+}  // namespace lucerna

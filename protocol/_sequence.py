@@ -1,0 +1,175 @@
+"""Commands on the live sequence: ``generate``, ``restore`` and the snapshot slots.
+
+PROTOCOL.md sections 5.1 and 5.5. ``generate`` and ``restore`` decode the same way and
+take the same options; ``restore`` first loads a slot and prefills only what the slot
+does not already hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ._command_base import (
+    CommandBase,
+    as_bool,
+    bool_word,
+    check_ids_ref,
+    check_slot,
+    check_text_ref,
+    int_in_range,
+)
+from ._refs import INT32_MAX, InlineIds, InlineText, TextFile, TokenFile, check_token_ids
+from ._sampling import SamplingParams
+
+__all__ = ["FreeSnapshot", "Generate", "ListSlots", "Restore", "Snapshot", "check_snap"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoding(CommandBase):
+    """The decoding options ``generate`` and ``restore`` share (section 5.1).
+
+    Keyword-only, so that each command's positional arguments keep the wire order.
+    """
+
+    is_stream: ClassVar[bool] = True
+
+    stop: tuple[int, ...] = field(default=(), kw_only=True)
+    """Token ids that end the generation (written, ``finish=stop``)."""
+    ignore_eos: bool = field(default=False, kw_only=True)
+    """Do not stop at end-of-generation tokens."""
+    grammar: InlineText | TextFile | None = field(default=None, kw_only=True)
+    """A GBNF grammar every sampled token must satisfy."""
+    snap: tuple[int, int] | None = field(default=None, kw_only=True)
+    """``(L, S)``: snapshot into slot ``S`` once the first ``L`` prompt tokens are in."""
+
+
+@dataclass(frozen=True, slots=True)
+class Generate(_Decoding):
+    """``generate <ids> <n_gen> [options]``: prefill ``prompt``, then decode up to ``n_gen``.
+
+    ``sampling=None`` is stored as ``SamplingParams()`` (greedy, daemon defaults), so
+    ``.sampling`` is always a :class:`SamplingParams`.
+    """
+
+    name: ClassVar[str] = "generate"
+
+    prompt: InlineIds | TokenFile
+    n_gen: int
+    sampling: SamplingParams | None = None
+
+    def __post_init__(self) -> None:
+        _check_decoding(self)
+
+    def _args(self) -> list[str]:
+        return [self.prompt.word(), str(self.n_gen)]
+
+    def _options(self) -> dict[str, str]:
+        return _decoding_options(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Restore(_Decoding):
+    """``restore <slot> <ids> <n_gen> [options]``: load ``slot``, then decode as ``generate``.
+
+    The slot's tokens must be a prefix of ``prompt``; only the rest is prefilled. The
+    reply is that of ``generate`` plus ``n_reused`` (see :class:`~protocol.GenerateSummary`).
+    """
+
+    name: ClassVar[str] = "restore"
+
+    slot: int
+    prompt: InlineIds | TokenFile
+    n_gen: int
+    sampling: SamplingParams | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", check_slot(self.slot))
+        _check_decoding(self)
+
+    def _args(self) -> list[str]:
+        return [str(self.slot), self.prompt.word(), str(self.n_gen)]
+
+    def _options(self) -> dict[str, str]:
+        return _decoding_options(self)
+
+
+def _check_decoding(command: Generate | Restore) -> None:
+    def keep(name: str, value: object) -> None:
+        object.__setattr__(command, name, value)
+
+    prompt = check_ids_ref("prompt", command.prompt)
+    if isinstance(prompt, InlineIds) and not prompt.ids:
+        raise ValueError(f"{command.name} needs at least one prompt token")
+    keep("n_gen", int_in_range("n_gen", command.n_gen, 1))
+    if command.sampling is None:
+        keep("sampling", SamplingParams())
+    elif not isinstance(command.sampling, SamplingParams):
+        raise ValueError(f"sampling must be SamplingParams, not {command.sampling!r}")
+    keep("stop", check_token_ids(command.stop, "stop token"))
+    keep("ignore_eos", as_bool("ignore_eos", command.ignore_eos))
+    if command.grammar is not None:
+        check_text_ref("grammar", command.grammar)
+    if command.snap is not None:
+        keep("snap", check_snap(command.snap, prompt))
+
+
+def check_snap(snap: object, prompt: InlineIds | TokenFile) -> tuple[int, int]:
+    """``snap=L:S`` as ``(L, S)``: ``1 <= L``, and ``L <= len(prompt)`` when that is known."""
+    if not isinstance(snap, tuple) or len(snap) != 2:
+        raise ValueError(f"snap must be a (position, slot) pair, not {snap!r}")
+    n_prompt = len(prompt.ids) if isinstance(prompt, InlineIds) else None
+    position = int_in_range("snap position", snap[0], 1, n_prompt or INT32_MAX)
+    return position, check_slot(snap[1])
+
+
+def _decoding_options(command: Generate | Restore) -> dict[str, str]:
+    options = command.sampling.to_options() if command.sampling is not None else {}
+    if command.stop:
+        options["stop"] = ",".join(map(str, command.stop))
+    if command.ignore_eos:
+        options["ignore_eos"] = bool_word(command.ignore_eos)
+    if command.grammar is not None:
+        options["grammar"] = command.grammar.word()
+    if command.snap is not None:
+        position, slot = command.snap
+        options["snap"] = f"{position}:{slot}"
+    return options
+
+
+@dataclass(frozen=True, slots=True)
+class _SlotCommand(CommandBase):
+    """A command whose one argument is a snapshot slot."""
+
+    slot: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", check_slot(self.slot))
+
+    def _args(self) -> list[str]:
+        return [str(self.slot)]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot(_SlotCommand):
+    """``snapshot <slot>``: copy the live sequence into ``slot`` (section 5.5).
+
+    The reply (``ok snapshot slot=.. n_tokens=.. bytes=..``) reads as a
+    :class:`~protocol.SnapshotInfo`.
+    """
+
+    name: ClassVar[str] = "snapshot"
+
+
+@dataclass(frozen=True, slots=True)
+class FreeSnapshot(_SlotCommand):
+    """``free_snapshot <slot>``: release ``slot`` (``ok free_snapshot slot=.. bytes=..``)."""
+
+    name: ClassVar[str] = "free_snapshot"
+
+
+@dataclass(frozen=True, slots=True)
+class ListSlots(CommandBase):
+    """``list_slots``: the occupied slots (``ok list_slots slots=S:N,... bytes=..``)."""
+
+    name: ClassVar[str] = "list_slots"

@@ -1,0 +1,85 @@
+"""park / unpark (PROTOCOL.md 5.6): weights and context go, the tokenizer and the
+snapshots stay, and generation after unpark is what it was before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ONE_THREAD = "--threads=1"  # see test_snapshots.py
+PROMPT = "ids:2,9259,1902,563,1144,236764,1017,1144"  # gemma ids
+
+
+def test_park_frees_the_weights_and_unpark_restores_generation(
+    spawn: Any, native: Any, default_model: Path, tmp_path: Path
+) -> None:
+    daemon = spawn(native.binary("qwen35"), default_model, "--n-ctx=512", "--chunk=4", ONE_THREAD)
+    daemon.ready()
+    before, _ = daemon.stream_command(f"generate {PROMPT} 8 ignore_eos=1 snap=4:0")
+    sampled, _ = daemon.stream_command(f"generate {PROMPT} 8 ignore_eos=1 temp=0.8 seed=5")
+    restored_before, _ = daemon.stream_command(f"restore 0 {PROMPT} 8 ignore_eos=1")
+    assert restored_before == before
+    daemon.command(f"vocab {tmp_path / 'before.msgpack'}")
+    loaded = daemon.ok(daemon.command("stats"), "stats")
+    assert loaded["parked"] == "0"
+
+    parked = daemon.ok(daemon.command("park"), "park")
+    assert (parked["target"], parked["draft"]) == ("parked", "absent")
+    # The mapped file is gone from the resident set: at least half of the 253 MB model.
+    model_kb = default_model.stat().st_size // 1024
+    drop_kb = int(loaded["rss_kb"]) - int(parked["rss_kb"])
+    assert drop_kb > model_kb // 2, (loaded["rss_kb"], parked["rss_kb"], model_kb)
+
+    # What needs the weights says so, with the stream's -1 where it is a stream command.
+    for command in (f"generate {PROMPT} 4", f"restore 0 {PROMPT} 4"):
+        values, reply = daemon.stream_command(command)
+        assert values == [] and daemon.err(reply) == "parked", reply
+    assert daemon.err(daemon.command("snapshot 1")) == "parked"
+    # The tokenizer, the slots and stats stay.
+    tokens, reply = daemon.stream_command("tokenize text:still%20works")
+    assert tokens == [2, 40016, 4146] and daemon.ok(reply, "tokenize")["n"] == "3"
+    assert daemon.command("detokenize ids:9259,1902") == "ok detokenize text=Hello%20world"
+    daemon.ok(daemon.command(f"vocab {tmp_path / 'parked.msgpack'}"), "vocab")
+    assert (tmp_path / "parked.msgpack").read_bytes() == (tmp_path / "before.msgpack").read_bytes()
+    assert daemon.ok(daemon.command("list_slots"), "list_slots")["slots"] == "0:4"
+    stats = daemon.ok(daemon.command("stats"), "stats")
+    assert (stats["parked"], stats["slots_used"]) == ("1", "1")
+    assert stats["model_bytes"] == loaded["model_bytes"]
+    # Idempotent, and the draft (absent) parks as a no-op.
+    assert daemon.ok(daemon.command("park"), "park")["target"] == "parked"
+    assert daemon.ok(daemon.command("park draft"), "park")["draft"] == "absent"
+
+    unparked = daemon.ok(daemon.command("unpark"), "unpark")
+    assert (unparked["target"], unparked["draft"]) == ("ready", "absent")
+    assert daemon.ok(daemon.command("unpark target"), "unpark")["target"] == "ready"
+    after, _ = daemon.stream_command(f"generate {PROMPT} 8 ignore_eos=1")
+    assert after == before
+    assert daemon.stream_command(f"generate {PROMPT} 8 ignore_eos=1 temp=0.8 seed=5")[0] == sampled
+    # A snapshot taken before the park restores into the new context.
+    assert daemon.stream_command(f"restore 0 {PROMPT} 8 ignore_eos=1")[0] == before
+    assert daemon.ok(daemon.command("stats"), "stats")["parked"] == "0"
+    assert daemon.quit() == 0
+
+
+def test_park_target_only_and_unpark_draft_only(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    daemon = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=256", ONE_THREAD)
+    daemon.ready()
+    before, _ = daemon.stream_command("generate ids:9707,1879,11 6 ignore_eos=1")
+    draft = daemon.ok(daemon.command("park draft"), "park")
+    assert (draft["target"], draft["draft"]) == ("ready", "absent")
+    assert daemon.ok(daemon.command("park target"), "park")["target"] == "parked"
+    assert daemon.ok(daemon.command("unpark draft"), "unpark")["target"] == "parked"
+    assert daemon.ok(daemon.command("unpark all"), "unpark")["target"] == "ready"
+    assert daemon.stream_command("generate ids:9707,1879,11 6 ignore_eos=1")[0] == before
+    assert daemon.quit() == 0
+
+
+def test_park_arguments(spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=256", ONE_THREAD)
+    daemon.ready()
+    for command in ("park now", "park target draft", "unpark x=1", "unpark everything"):
+        assert daemon.err(daemon.command(command)) == "bad_args", command
+    assert daemon.ok(daemon.command("stats"), "stats")["parked"] == "0"
+    assert daemon.quit() == 0
