@@ -134,6 +134,8 @@ class DecodeOptions(TypedDict, total=False):
     """Do not stop at end-of-generation tokens."""
     grammar: str | None
     """GBNF text every sampled token must satisfy (long grammars go via a file)."""
+    json_schema: str | None
+    """A JSON schema (as JSON text) the output must satisfy; exclusive with grammar."""
     snap: tuple[int, int] | None
     """``(L, S)``: snapshot into slot ``S`` once the first ``L`` prompt tokens are in;
     pick ``L`` a multiple of the daemon's ``--chunk`` for an exact restore (5.5)."""
@@ -361,6 +363,7 @@ class DaemonClient:
     ) -> AsyncIterator[GenerationStream]:
         """The one path of ``generate`` and ``restore``: send, stream, always end clean."""
         grammar = options.get("grammar")
+        json_schema = options.get("json_schema")
         build = Generate if slot is None else functools.partial(Restore, slot)
         command = build(
             self._ids_ref(prompt),
@@ -369,6 +372,7 @@ class DaemonClient:
             stop=tuple(options.get("stop", ())),
             ignore_eos=options.get("ignore_eos", False),
             grammar=None if grammar is None else self._text_ref(grammar),
+            json_schema=None if json_schema is None else self._text_ref(json_schema),
             snap=options.get("snap"),
         )
         self._check_served(command)

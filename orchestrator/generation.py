@@ -174,6 +174,7 @@ async def generate_events(
             async with client.generate(
                 request.prompt + generated, n_gen - len(generated), sampling=request.sampling,
                 grammar=request.grammar,
+                json_schema=request.json_schema,
             ) as stream:
                 async for token in stream:
                     generated.append(token)

@@ -161,12 +161,14 @@ def _parse_bool(options: Mapping[str, str], key: str, *, default: bool) -> bool:
 
 _DECODING_USAGE = (
     "[temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] [pres_pen=P] "
-    "[rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [snap=L:S]"
+    "[rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>]"
+    " [json_schema=<text>] [snap=L:S]"
 )
 _DECODING_KEYS = frozenset(SamplingParams.__dataclass_fields__) | {
     "stop",
     "ignore_eos",
     "grammar",
+    "json_schema",
     "snap",
 }
 
@@ -176,6 +178,7 @@ class _DecodingArgs(TypedDict):
     stop: tuple[int, ...]
     ignore_eos: bool
     grammar: InlineText | TextFile | None
+    json_schema: InlineText | TextFile | None
     snap: tuple[int, int] | None
 
 
@@ -183,11 +186,13 @@ def _decoding(parsed: CommandLine, prompt: InlineIds | TokenFile) -> _DecodingAr
     """The keyword arguments shared by Generate and Restore, read from the options."""
     options = parsed.options
     grammar = options.get("grammar")
+    json_schema = options.get("json_schema")
     return {
         "sampling": SamplingParams.from_options(options),
         "stop": parse_id_list(options.get("stop", ""), "stop"),
         "ignore_eos": _parse_bool(options, "ignore_eos", default=False),
         "grammar": None if grammar is None else text_ref_from_word(grammar),
+        "json_schema": None if json_schema is None else text_ref_from_word(json_schema),
         "snap": None if "snap" not in options else _snap_option(options["snap"], prompt),
     }
 

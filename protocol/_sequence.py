@@ -40,6 +40,8 @@ class _Decoding(CommandBase):
     """Do not stop at end-of-generation tokens."""
     grammar: InlineText | TextFile | None = field(default=None, kw_only=True)
     """A GBNF grammar every sampled token must satisfy."""
+    json_schema: InlineText | TextFile | None = field(default=None, kw_only=True)
+    """A JSON schema the output must satisfy (the daemon converts it to a grammar)."""
     snap: tuple[int, int] | None = field(default=None, kw_only=True)
     """``(L, S)``: snapshot into slot ``S`` once the first ``L`` prompt tokens are in."""
 
@@ -110,6 +112,10 @@ def _check_decoding(command: Generate | Restore) -> None:
     keep("ignore_eos", as_bool("ignore_eos", command.ignore_eos))
     if command.grammar is not None:
         check_text_ref("grammar", command.grammar)
+    if command.json_schema is not None:
+        check_text_ref("json_schema", command.json_schema)
+        if command.grammar is not None:
+            raise ValueError("grammar and json_schema exclude each other")
     if command.snap is not None:
         keep("snap", check_snap(command.snap, prompt))
 
@@ -131,6 +137,8 @@ def _decoding_options(command: Generate | Restore) -> dict[str, str]:
         options["ignore_eos"] = bool_word(command.ignore_eos)
     if command.grammar is not None:
         options["grammar"] = command.grammar.word()
+    if command.json_schema is not None:
+        options["json_schema"] = command.json_schema.word()
     if command.snap is not None:
         position, slot = command.snap
         options["snap"] = f"{position}:{slot}"

@@ -1,6 +1,6 @@
 // generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F]
 //          [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,ID,...] [ignore_eos=0|1]
-//          [grammar=<text>] [snap=L:S]
+//          [grammar=<text>] [json_schema=<text>] [snap=L:S]
 //
 // Clears the sequence, prefills the prompt in chunks, then decodes one token at a time,
 // writing each sampled token to the stream as soon as it exists. `restore` (snapshots.cpp)
@@ -27,7 +27,7 @@ namespace {
 
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
-    "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [snap=L:S]";
+    "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S]";
 
 enum class Finish { kEog, kLength, kStop, kCancelled };
 
@@ -79,13 +79,14 @@ double tokens_per_second(uint64_t n, double ms) { return ms > 0.0 ? static_cast<
 GenerateRequest parse_generate_request(const Session & session, const CommandLine & cmd, const std::string & ids,
                                        const std::string & n_gen, const char * usage) {
     cmd.check_options({"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen", "rep_window", "seed",
-                       "stop", "ignore_eos", "grammar", "snap"},
+                       "stop", "ignore_eos", "grammar", "json_schema", "snap"},
                       usage);
     GenerateRequest req;
     req.n_gen = static_cast<int32_t>(parse_int("n_gen", n_gen, 1, std::numeric_limits<int32_t>::max()));
     SamplingParams & sp = req.sampling;
     sp.seed = session.opts.seed;
     const std::string * grammar_ref = nullptr;
+    const std::string * json_schema_ref = nullptr;
     for (const auto & [key, value] : cmd.options) {
         if (key == "temp") {
             const double t = parse_float("temp", value);
@@ -120,6 +121,8 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
             req.ignore_eos = parse_bool01("ignore_eos", value);
         } else if (key == "grammar") {
             grammar_ref = &value;
+        } else if (key == "json_schema") {
+            json_schema_ref = &value;
         } else if (key == "snap") {
             parse_snap(session, value, req);
         }
@@ -142,8 +145,14 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
                                                      std::to_string(req.snap_slot) + " is past the prompt (n_prompt=" +
                                                      std::to_string(req.prompt.size()) + ")");
     }
+    if (grammar_ref != nullptr && json_schema_ref != nullptr) {
+        throw ProtocolError(ErrorCode::kBadArgs, "grammar and json_schema exclude each other");
+    }
     if (grammar_ref != nullptr) {
         req.grammar = make_grammar_sampler(session.engine.vocab, read_text_ref(*grammar_ref));
+    } else if (json_schema_ref != nullptr) {
+        req.grammar = make_grammar_sampler(session.engine.vocab,
+                                           grammar_from_json_schema(read_text_ref(*json_schema_ref)));
     }
     return req;
 }

@@ -4,6 +4,8 @@
 #include <cstddef>
 
 #include "core/errors.h"
+#include "json-schema-to-grammar.h"
+#include "json.h"
 
 namespace lucerna {
 namespace {
@@ -58,6 +60,14 @@ llama_sampler_ptr make_grammar_sampler(const llama_vocab * vocab, const std::str
                             "the grammar does not parse as GBNF with a root rule (the engine's reason is on stderr)");
     }
     return sampler;
+}
+
+std::string grammar_from_json_schema(const std::string & schema_text) {
+    try {
+        return json_schema_to_grammar(common_json::parse(schema_text));
+    } catch (const std::exception & e) {
+        throw ProtocolError(ErrorCode::kBadGrammar, std::string("json_schema: ") + e.what());
+    }
 }
 
 bool grammar_is_complete(const llama_vocab * vocab, const llama_token_data_array & candidates) {

@@ -53,37 +53,57 @@ void TokenPicker::accept_prompt(const std::vector<int32_t> & prompt) {
     }
 }
 
-std::optional<llama_token> TokenPicker::pick(const float * logits) {
-    if (!chain_ && !grammar_) {
-        // Greedy: the first index of the largest logit, so ties resolve the same everywhere.
-        return static_cast<llama_token>(std::max_element(logits, logits + n_vocab_) - logits);
-    }
+llama_token_data_array TokenPicker::fill_candidates(const float * logits) {
     candidates_.resize(static_cast<size_t>(n_vocab_));
     for (llama_token id = 0; id < n_vocab_; ++id) {
         candidates_[static_cast<size_t>(id)] = llama_token_data{id, logits[id], 0.0f};
     }
-    llama_token_data_array cur = {candidates_.data(), candidates_.size(), /*selected =*/-1, /*sorted =*/false};
-    // The grammar goes first, over the whole vocabulary: a sampler stage before it (top_k)
-    // could otherwise drop every token the grammar allows.
-    if (grammar_) {
+    return {candidates_.data(), candidates_.size(), /*selected =*/-1, /*sorted =*/false};
+}
+
+llama_token TokenPicker::choose(llama_token_data_array & cur) {
+    if (chain_) {
+        llama_sampler_apply(chain_.get(), &cur);
+        return cur.data[cur.selected].id;
+    }
+    // Greedy: the first index of the largest logit, so ties resolve the same everywhere.
+    // A grammar only masks (it keeps id order), so under one this is the same rule over
+    // the tokens it allows.
+    const auto best = std::max_element(cur.data, cur.data + cur.size,
+                                       [](const llama_token_data & a, const llama_token_data & b) {
+                                           return a.logit < b.logit;
+                                       });
+    return best->id;
+}
+
+bool TokenPicker::grammar_allows(llama_token token, float logit) const {
+    llama_token_data single = {token, logit, 0.0f};
+    llama_token_data_array one = {&single, 1, /*selected =*/-1, /*sorted =*/false};
+    llama_sampler_apply(grammar_, &one);
+    return single.logit != -INFINITY;
+}
+
+std::optional<llama_token> TokenPicker::pick(const float * logits) {
+    if (!chain_ && !grammar_) {
+        return static_cast<llama_token>(std::max_element(logits, logits + n_vocab_) - logits);
+    }
+    llama_token_data_array cur = fill_candidates(logits);
+    llama_token token = choose(cur);
+    // Checking a grammar against the whole vocabulary costs a parse per token (262k of
+    // them for gemma3) every step. Like llama.cpp's common sampler, first check only the
+    // unconstrained choice; mask the vocabulary only when the grammar rejects it. Greedy
+    // picks the same token either way: the overall argmax, if allowed, is the allowed
+    // argmax. The mask also tells when the grammar is complete.
+    if (grammar_ && !grammar_allows(token, logits[token])) {
+        cur = fill_candidates(logits);
         llama_sampler_apply(grammar_, &cur);
         if (grammar_is_complete(vocab_, cur)) {
             return std::nullopt;
         }
+        token = choose(cur);
     }
-    llama_token token;
     if (chain_) {
-        llama_sampler_apply(chain_.get(), &cur);
-        token = cur.data[cur.selected].id;
         llama_sampler_accept(chain_.get(), token);
-    } else {
-        // Greedy under a grammar: the grammar only masks (it keeps id order), so this is
-        // the same first-largest rule as above over the tokens it allows.
-        const auto best = std::max_element(cur.data, cur.data + cur.size,
-                                           [](const llama_token_data & a, const llama_token_data & b) {
-                                               return a.logit < b.logit;
-                                           });
-        token = best->id;
     }
     if (grammar_) {
         llama_sampler_accept(grammar_, token);

@@ -38,6 +38,13 @@ public:
     std::optional<llama_token> pick(const float * logits);
 
 private:
+    // Every token's logit, in id order, as the candidate array the samplers work on.
+    llama_token_data_array fill_candidates(const float * logits);
+    // The unconstrained choice: argmax when greedy, else a draw through the chain.
+    llama_token choose(llama_token_data_array & cur);
+    // Whether the grammar, in its current state, accepts `token` next.
+    bool grammar_allows(llama_token token, float logit) const;
+
     SamplingParams params_;
     const llama_vocab * vocab_;
     int32_t n_vocab_;
