@@ -435,9 +435,16 @@ class DaemonClient:
                         await self._read_stream_chunk()
                     # Replies come in command order; an error reply can only be the
                     # generation's, since cancel always succeeds.
+                    summary = None
                     for _ in range(replies):
-                        await self._read_reply()
+                        reply = await self._read_reply()
+                        if isinstance(reply, OkReply) and reply.command == stream._reply_to:
+                            summary = GenerateSummary.from_reply(reply)
                     stream.done = True
+                    if summary is not None:
+                        log.info("%s daemon pid %d: %s left early; stopped after %d tokens (%s)",
+                                 self.role, self.pid, stream._reply_to, summary.n_gen,
+                                 summary.finish.value)
             except (trio.TooSlowError, DaemonDiedError, trio.BrokenResourceError,
                     trio.ClosedResourceError):
                 # A daemon that cannot be brought back to a clean command boundary is

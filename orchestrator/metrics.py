@@ -31,6 +31,7 @@ from typing import Any
 
 import prometheus_client
 import psutil
+import trio
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -236,6 +237,7 @@ class Metrics:
             "version": lucerna_version(),
             "started": self.started_unix,
             "uptime_s": round(time.monotonic() - self._started, 3),
+            "server": _server_status(),
             "models": {model.name: self._model_status(model) for model in self.models},
         }
 
@@ -263,6 +265,24 @@ class Metrics:
             "role": model.launch.role.name,
             "max_output_tokens": model.max_output_tokens,
         }
+
+
+def _count_tasks(task: trio.lowlevel.Task) -> int:
+    return 1 + sum(_count_tasks(child) for nursery in task.child_nurseries
+                   for child in nursery.child_tasks)
+
+
+def _server_status() -> dict[str, Any]:
+    """The front end's own process: what a leak (tasks, fds, memory) would show in."""
+    me = psutil.Process()
+    root = trio.lowlevel.current_root_task()
+    return {
+        "pid": me.pid,
+        "rss_bytes": me.memory_info().rss,
+        "open_fds": me.num_fds(),
+        "threads": me.num_threads(),
+        "tasks": _count_tasks(root) if root is not None else None,
+    }
 
 
 class MetricsMiddleware:

@@ -1,0 +1,133 @@
+"""The per-model queue and client disconnects, end to end through hypercorn's Trio worker.
+
+Each test runs a real ``lucerna serve`` and observes it from outside: /status for the
+queue, the log for what the daemon was told, and timing for whether a generation
+really stopped (a daemon that kept generating would hold up the next request).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.conftest import LucernaServer
+
+# /v1/completions on a raw counting prompt: the base model continues it for as long
+# as it is allowed to, so a long max_tokens really means a long generation.
+LONG = {"model": "gemma3-270m", "prompt": "1, 2, 3, 4, 5,", "max_tokens": 1500,
+        "temperature": 0}
+SHORT = {**LONG, "max_tokens": 4}
+
+
+@pytest.fixture
+def queued_server(native, default_model, tmp_path) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+    srv = LucernaServer(tmp_path / "serve.log", "--n-ctx", "2048", "--queue-limit", "1")
+    try:
+        srv.wait_healthy()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def queue(server: LucernaServer) -> dict[str, int]:
+    status = httpx.get(f"{server.base_url}/status").json()
+    return status["models"]["gemma3-270m"]["queue"]  # type: ignore[no-any-return]
+
+
+def idle(state: dict[str, int]) -> bool:
+    return state["waiting"] == 0 and state["running"] == 0
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def open_stream(client: httpx.Client, server: LucernaServer, body: dict) -> httpx.Response:  # type: ignore[type-arg]
+    request = client.build_request("POST", f"{server.base_url}/v1/completions",
+                                   json={**body, "stream": True})
+    return client.send(request, stream=True)
+
+
+@pytest.mark.slow
+def test_full_queue_is_a_503_before_any_sse_and_disconnects_free_it(
+    queued_server: LucernaServer,
+) -> None:
+    with httpx.Client(timeout=30) as a, httpx.Client(timeout=30) as b:
+        running = open_stream(a, queued_server, LONG)
+        assert running.status_code == 200
+        next(running.iter_lines())  # the generation is under way
+        # The second request waits in the queue: its headers cannot come yet.
+        waiting_request = b.build_request("POST", f"{queued_server.base_url}/v1/completions",
+                                          json={**LONG, "stream": True})
+        waiting_result: dict[str, object] = {}
+
+        def wait_in_queue() -> None:
+            try:
+                response = b.send(waiting_request, stream=True)
+                waiting_result["status"] = response.status_code
+                response.close()
+            except httpx.HTTPError as exc:
+                waiting_result["error"] = exc
+
+        waiter = threading.Thread(target=wait_in_queue, daemon=True)
+        waiter.start()
+        wait_for(lambda: queue(queued_server)["waiting"] == 1)
+
+        # The third is refused at once, as JSON, with Retry-After.
+        started = time.monotonic()
+        refused = httpx.post(f"{queued_server.base_url}/v1/completions",
+                             json={**LONG, "stream": True}, timeout=10)
+        assert time.monotonic() - started < 2
+        assert refused.status_code == 503
+        assert refused.headers["content-type"].startswith("application/json")
+        assert refused.headers["retry-after"]
+        assert refused.json()["error"]["code"] == "queue_full"
+        assert queue(queued_server)["refused"] == 1
+
+        # Closing the running stream cancels its generation in the daemon at once:
+        # the queued request gets its turn long before 1500 tokens could be written.
+        running.close()
+        waiter.join(timeout=10)
+        assert waiting_result.get("status") == 200
+    wait_for(lambda: idle(queue(queued_server)))
+    assert "left early; stopped after" in queued_server.log()
+
+
+@pytest.mark.slow
+def test_disconnect_while_queued_leaves_the_queue_at_once(queued_server: LucernaServer) -> None:
+    with httpx.Client(timeout=30) as a:
+        running = open_stream(a, queued_server, LONG)
+        next(running.iter_lines())
+        with httpx.Client(timeout=0.5) as b:
+            with pytest.raises(httpx.ReadTimeout):
+                open_stream(b, queued_server, LONG)  # waits in the queue, then we give up
+        # Gone from the queue while the first generation still runs.
+        wait_for(lambda: queue(queued_server)["waiting"] == 0)
+        assert queue(queued_server)["running"] == 1
+        running.close()
+    wait_for(lambda: queue(queued_server)["running"] == 0)
+    # The abandoned request never reached the daemon: exactly one generation was stopped.
+    assert queued_server.log().count("left early; stopped after") == 1
+
+
+@pytest.mark.slow
+def test_non_streaming_client_that_gives_up_stops_its_generation(
+    queued_server: LucernaServer,
+) -> None:
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{queued_server.base_url}/v1/completions", json=LONG, timeout=1.5)
+    wait_for(lambda: queue(queued_server)["running"] == 0)
+    started = time.monotonic()
+    response = httpx.post(f"{queued_server.base_url}/v1/completions", json=SHORT, timeout=30)
+    assert response.status_code == 200
+    assert time.monotonic() - started < 10
+    assert "left early; stopped after" in queued_server.log()
