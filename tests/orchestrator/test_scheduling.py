@@ -107,9 +107,8 @@ def test_disconnect_while_queued_leaves_the_queue_at_once(queued_server: Lucerna
     with httpx.Client(timeout=30) as a:
         running = open_stream(a, queued_server, LONG)
         next(running.iter_lines())
-        with httpx.Client(timeout=0.5) as b:
-            with pytest.raises(httpx.ReadTimeout):
-                open_stream(b, queued_server, LONG)  # waits in the queue, then we give up
+        with httpx.Client(timeout=0.5) as b, pytest.raises(httpx.ReadTimeout):
+            open_stream(b, queued_server, LONG)  # waits in the queue, then we give up
         # Gone from the queue while the first generation still runs.
         wait_for(lambda: queue(queued_server)["waiting"] == 0)
         assert queue(queued_server)["running"] == 1
