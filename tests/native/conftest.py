@@ -213,7 +213,9 @@ def gemma(native: NativeBuild, default_model: Path) -> Iterator[Daemon]:
     ``native``, ``default_model`` and ``test_models`` are the session fixtures of
     tests/conftest.py (the real build, the real default model, the test GGUFs).
     """
-    daemon = Daemon(native.binary("qwen35"), default_model)
+    # One engine thread: on a busy 2-core box ggml's spinning thread barriers make two
+    # threads tens of times slower than one (measured), and the tokens do not change.
+    daemon = Daemon(native.binary("qwen35"), default_model, "--threads=1")
     daemon.ready()
     yield daemon
     daemon.close()

@@ -27,7 +27,7 @@ def test_greedy_is_deterministic_and_framed(
     again, _ = gemma.stream_command(f"generate {PROMPT} 12 ignore_eos=1")
     assert again == tokens  # the sequence is cleared at each generate
 
-    other = spawn(native.binary("qwen35"), default_model, "--threads=1")
+    other = spawn(native.binary("qwen35"), default_model, "--threads=2")
     other.ready()
     fresh, _ = other.stream_command(f"generate {PROMPT} 12 ignore_eos=1")
     assert fresh == tokens  # another process, another thread count: same tokens
@@ -57,7 +57,7 @@ def test_sampling_is_reproducible_per_seed(gemma: Any) -> None:
 def test_default_seed_comes_from_the_flag(spawn: Any, native: Any, default_model: Path) -> None:
     runs = []
     for seed in ("5", "5", "6"):
-        daemon = spawn(native.binary("qwen35"), default_model, f"--seed={seed}")
+        daemon = spawn(native.binary("qwen35"), default_model, f"--seed={seed}", "--threads=1")
         daemon.ready()
         tokens, _ = daemon.stream_command(f"generate {PROMPT} 16 temp=1.5 ignore_eos=1")
         runs.append(tokens)
@@ -122,7 +122,7 @@ def test_cancel_when_idle(gemma: Any) -> None:
 
 
 def test_cancel_stops_a_running_generation(spawn: Any, native: Any, default_model: Path) -> None:
-    daemon = spawn(native.binary("qwen35"), default_model)
+    daemon = spawn(native.binary("qwen35"), default_model, "--threads=1")
     daemon.ready()
     daemon.send(f"generate {PROMPT} 3000 ignore_eos=1")
     first = daemon.read_value()  # it is running
@@ -147,7 +147,7 @@ def test_test_models_generate_on_the_target_role(
 ) -> None:
     runs = []
     for _ in range(2):
-        daemon = spawn(native.binary("qwen35"), test_models[model], "--n-ctx=512")
+        daemon = spawn(native.binary("qwen35"), test_models[model], "--n-ctx=512", "--threads=1")
         ready = daemon.ready()
         assert ready["arch"] == model and ready["vocab"] == "151936"
         prompt = daemon.stream_command("tokenize text:Hello%20world")[0]

@@ -81,6 +81,20 @@ def test_alternatives_and_length_limits(gemma1: Any, prompt: str) -> None:
     assert stopped == digits[: digits.index(digits[1]) + 1]
 
 
+def test_a_complete_grammar_stops_even_where_the_model_would_end(gemma1: Any) -> None:
+    # The base model closes a strikethrough with "</s>", an end-of-generation token
+    # (test_generate.py). Under a grammar that is already complete, that is finish=stop.
+    strike, _ = gemma1.stream_command("tokenize " + text_ref("This is <s>wrong</s> right, and <s>bad"))
+    strike_ids = "ids:" + ",".join(map(str, strike))
+    _, reply = gemma1.stream_command(f"generate {strike_ids} 5")
+    assert gemma1.ok(reply, "generate")["finish"] == "eog"
+    tokens, reply = gemma1.stream_command(f"generate {strike_ids} 5 grammar={text_ref('root ::= ' + chr(34) * 2)}")
+    assert tokens == [] and gemma1.ok(reply, "generate")["finish"] == "stop"
+    # Where the grammar could go on, the model's end stays an end.
+    tokens, reply = gemma1.stream_command(f"generate {strike_ids} 5 grammar={text_ref('root ::= [a-z]*')}")
+    assert tokens == [] and gemma1.ok(reply, "generate")["finish"] == "eog"
+
+
 def test_grammar_from_a_file_and_with_restore(gemma1: Any, prompt: str, tmp_path: Path) -> None:
     path = tmp_path / "json.gbnf"
     path.write_text('root ::= "{" ws "\\"n\\":" ws [1-9] [0-9]? ws "}"\nws ::= [ ]?\n')

@@ -83,3 +83,23 @@ def test_park_arguments(spawn: Any, native: Any, test_models: dict[str, Path]) -
         assert daemon.err(daemon.command(command)) == "bad_args", command
     assert daemon.ok(daemon.command("stats"), "stats")["parked"] == "0"
     assert daemon.quit() == 0
+
+
+def test_a_failed_unpark_stays_parked(
+    spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path
+) -> None:
+    model = tmp_path / "qwen3.gguf"
+    model.write_bytes(test_models["qwen3"].read_bytes())
+    daemon = spawn(native.binary("qwen35"), model, "--n-ctx=256", ONE_THREAD)
+    daemon.ready()
+    before, _ = daemon.stream_command("generate ids:9707,1879,11 6 ignore_eos=1")
+    daemon.ok(daemon.command("park"), "park")
+    model.rename(tmp_path / "moved.gguf")
+    assert daemon.err(daemon.command("unpark")) == "load_failed"
+    assert daemon.ok(daemon.command("stats"), "stats")["parked"] == "1"
+    values, reply = daemon.stream_command("generate ids:9707 1")
+    assert values == [] and daemon.err(reply) == "parked"
+    (tmp_path / "moved.gguf").rename(model)
+    assert daemon.ok(daemon.command("unpark"), "unpark")["target"] == "ready"
+    assert daemon.stream_command("generate ids:9707,1879,11 6 ignore_eos=1")[0] == before
+    assert daemon.quit() == 0

@@ -43,7 +43,7 @@ def test_stdout_carries_only_protocol_lines(
     spawn: Any, native: NativeBuild, default_model: Path
 ) -> None:
     # LUCERNA_LOG=info turns on the whole engine log: all of it must land on stderr.
-    daemon = spawn(native.binary("qwen35"), default_model, env={"LUCERNA_LOG": "info"})
+    daemon = spawn(native.binary("qwen35"), default_model, "--threads=1", env={"LUCERNA_LOG": "info"})
     daemon.ready()
     daemon.stream_command("generate ids:2,9259,1902 4")
     daemon.stream_command("tokenize text:Hello")
@@ -152,4 +152,46 @@ def test_stats_counts_requests(
     assert stats["tokens_prompt"] == "5"
     assert stats["tokens_generated"] == "8"
     assert int(stats["rss_kb"]) > 10_000
+    assert daemon.quit() == 0
+
+
+STATS_KEYS = [
+    "n_ctx", "n_vocab", "requests", "tokens_prompt", "tokens_generated", "cancelled", "rss_kb",
+    "uptime_s", "parked", "slots_used", "slots_bytes", "last_prefill_tok_s", "last_decode_tok_s",
+    "model_bytes",
+]  # fmt: skip
+
+
+def test_stats_fields_and_msgpack(
+    spawn: Any, native: NativeBuild, test_models: dict[str, Path], tmp_path: Path
+) -> None:
+    import msgpack
+
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=256", "--threads=1")
+    daemon.ready()
+    fresh = daemon.ok(daemon.command("stats"), "stats")
+    assert list(fresh)[: len(STATS_KEYS)] == STATS_KEYS  # PROTOCOL.md 5.3, in its order
+    assert (fresh["last_prefill_tok_s"], fresh["slots_used"], fresh["parked"]) == ("0.0", "0", "0")
+    daemon.stream_command("generate ids:1,2,3,4 6 ignore_eos=1 snap=4:2")
+    stats = daemon.ok(daemon.command("stats"), "stats")
+    assert (stats["requests"], stats["tokens_prompt"], stats["tokens_generated"]) == ("1", "4", "6")
+    assert stats["slots_used"] == "1" and int(stats["slots_bytes"]) > 0
+    assert float(stats["last_prefill_tok_s"]) > 0 and float(stats["last_decode_tok_s"]) > 0
+    assert int(stats["model_bytes"]) > 10_000_000  # the 26 MB test model's weights
+    assert float(stats["uptime_s"]) >= 0
+
+    path = tmp_path / "stats.msgpack"
+    reply = daemon.command(f"stats path={path}")
+    fields = daemon.ok(reply, "stats")
+    assert list(fields)[0] == "path" and fields["path"] == str(path)
+    table = msgpack.unpackb(path.read_bytes())
+    assert list(table)[: len(STATS_KEYS)] == STATS_KEYS
+    assert set(table) == set(fields) - {"path"}
+    for key, value in table.items():  # numbers as numbers, equal to the reply's
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), key
+        if isinstance(value, int) and key not in ("rss_kb",):
+            assert str(value) == fields[key], key
+    assert isinstance(table["uptime_s"], float) and isinstance(table["requests"], int)
+    assert daemon.err(daemon.command("stats path=/nonexistent-dir/stats.msgpack")) == "io_failed"
+    assert daemon.err(daemon.command("stats colour=red")) == "bad_args"
     assert daemon.quit() == 0

@@ -119,7 +119,8 @@ void CommandQueue::read_loop() {
         }
         size_t start = 0;
         while (start < static_cast<size_t>(n)) {
-            const auto * nl = static_cast<const char *>(std::memchr(buffer + start, '\n', static_cast<size_t>(n) - start));
+            const auto * nl =
+                static_cast<const char *>(std::memchr(buffer + start, '\n', static_cast<size_t>(n) - start));
             const size_t end = nl ? static_cast<size_t>(nl - buffer) : static_cast<size_t>(n);
             if (!discarding) {
                 const size_t room = max_line_ - pending.size();

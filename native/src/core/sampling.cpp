@@ -93,14 +93,21 @@ std::optional<llama_token> TokenPicker::pick(const float * logits) {
     // them for gemma3) every step. Like llama.cpp's common sampler, first check only the
     // unconstrained choice; mask the vocabulary only when the grammar rejects it. Greedy
     // picks the same token either way: the overall argmax, if allowed, is the allowed
-    // argmax. The mask also tells when the grammar is complete.
-    if (grammar_ && !grammar_allows(token, logits[token])) {
-        cur = fill_candidates(logits);
-        llama_sampler_apply(grammar_, &cur);
-        if (grammar_is_complete(vocab_, cur)) {
-            return std::nullopt;
+    // argmax. The mask also tells when the grammar is complete, which an allowed
+    // end-of-generation pick may mean too (PROTOCOL.md: that is finish=stop, not eog), so
+    // that pick is checked against the mask as well, and kept unless the grammar is done.
+    if (grammar_) {
+        const bool allowed = grammar_allows(token, logits[token]);
+        if (!allowed || llama_vocab_is_eog(vocab_, token)) {
+            cur = fill_candidates(logits);
+            llama_sampler_apply(grammar_, &cur);
+            if (grammar_is_complete(vocab_, cur)) {
+                return std::nullopt;
+            }
+            if (!allowed) {
+                token = choose(cur);
+            }
         }
-        token = choose(cur);
     }
     if (chain_) {
         llama_sampler_accept(chain_.get(), token);

@@ -19,9 +19,8 @@ namespace {
 const char * const kRestoreUsage = "restore <slot> <ids:...|path> <n_gen> [generate options]";
 
 bool is_plain_decimal(const std::string & word) {
-    return !word.empty() && word.size() <= 10 && std::all_of(word.begin(), word.end(), [](char c) {
-        return c >= '0' && c <= '9';
-    });
+    return !word.empty() && word.size() <= 10 &&
+           std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace

@@ -36,7 +36,9 @@ public:
 
     // Throws empty_slot.
     const Snapshot & at(int32_t slot) const;
-    void put(int32_t slot, std::unique_ptr<Snapshot> snapshot) { slots_[static_cast<size_t>(slot)] = std::move(snapshot); }
+    void put(int32_t slot, std::unique_ptr<Snapshot> snapshot) {
+        slots_[static_cast<size_t>(slot)] = std::move(snapshot);
+    }
     // Returns the bytes released; throws empty_slot.
     uint64_t release(int32_t slot);
 
