@@ -32,8 +32,8 @@ ROLES: dict[str, RoleSpec] = {
             name="qwen35",
             executable="lucerna-qwen35",
             architectures=frozenset({"qwen35", "qwen35moe", "qwen3", "gemma3", "llama"}),
-            summary="target: Qwen3.5/3.6 hybrid attention + Gated DeltaNet (DFlash later); "
-            "plain-attention models are served autoregressively",
+            summary="target: Qwen3.5/3.6 hybrid attention + Gated DeltaNet, with DFlash "
+            "speculative decoding when given a draft; plain-attention models too",
             is_target=True,
         ),
         RoleSpec(
@@ -109,6 +109,10 @@ class DaemonLaunch:
     """laguna: share in ``[0, 1]`` of MoE layers whose experts stay in host memory."""
     rpc_listen: str | None = None
     """ds4_shard: ``HOST:PORT`` its ggml RPC server listens on."""
+    draft: Path | None = None
+    """qwen35: a DFlash draft GGUF; every generation decodes speculatively (PROTOCOL.md 5.9)."""
+    draft_block_size: int | None = None
+    """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
     extra_args: tuple[str, ...] = ()
     # Prepended to argv, e.g. ("ssh", "host") or ("ip", "netns", "exec", "h2").
     launcher: tuple[str, ...] = ()
@@ -124,6 +128,8 @@ class DaemonLaunch:
                              f"{self.override_tensors!r}")
         if self.experts_in_host is not None and not 0 <= self.experts_in_host <= 1:
             raise ValueError(f"experts_in_host must be in [0, 1], got {self.experts_in_host}")
+        if self.draft_block_size is not None and self.draft is None:
+            raise ValueError("draft_block_size needs a draft")
 
     def argv(self, stream_fd: int | None) -> list[str]:
         args: list[str] = [*self.launcher, str(self.executable), str(self.model)]
@@ -140,6 +146,8 @@ class DaemonLaunch:
             ("override-tensor", ",".join(self.override_tensors) or None),
             ("experts-in-host", self.experts_in_host),
             ("rpc-listen", self.rpc_listen),
+            ("draft", self.draft),
+            ("draft-block-size", self.draft_block_size),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)
         args.extend(self.extra_args)

@@ -13,7 +13,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from daemons.errors import DaemonsError
-from orchestrator.api import anthropic_messages, openai_chat, openai_completions, openai_responses
+from orchestrator.api import (
+    anthropic_messages,
+    model_info,
+    openai_chat,
+    openai_completions,
+    openai_responses,
+)
 from orchestrator.api._dialect import (
     OPENAI_ERRORS,
     DialectRoute,
@@ -58,20 +64,10 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
         return DialectRoute(path, serve, errors=errors, methods=["POST"])
 
     async def models(request: Request) -> Response:
-        return JSONResponse({
-            "object": "list",
-            "data": [
-                {
-                    "id": model.name,
-                    "object": "model",
-                    "created": model.created,
-                    "owned_by": "lucerna",
-                    "meta": {"architecture": model.info.architecture, "n_ctx": model.n_ctx,
-                             "size_bytes": model.info.size_bytes},
-                }
-                for model in registry
-            ],
-        })
+        return JSONResponse(model_info.model_list(registry))
+
+    async def props(request: Request) -> Response:
+        return await model_info.props_endpoint(request, registry, settings.keepalive_interval)
 
     async def health(request: Request) -> Response:
         states = {model.name: daemon_summary(model.supervisor) for model in registry}
@@ -99,6 +95,7 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
             dialect("/v1/messages", anthropic_messages.messages, anthropic),
             dialect("/v1/messages/count_tokens", anthropic_messages.count_tokens, anthropic),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/props", props, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             *metrics.routes(),
         ],
@@ -106,6 +103,7 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
         exception_handlers={RequestError: on_error, DaemonsError: on_error},
     )
     app.state.max_body_bytes = settings.max_body_bytes
+    app.state.keepalive_interval_s = settings.keepalive_interval
     app.state.metrics = metrics
     return app
 

@@ -8,6 +8,9 @@
     lucerna daemon    run one daemon in the foreground (its stdin protocol is yours;
                       stream values are shown on stderr as `S: ... -1` lines)
     lucerna bench     benchmark an endpoint, or Lucerna against llama-server on one GGUF
+    lucerna niah      needle-in-a-haystack over context lengths x depths x PFlash keep ratios
+    lucerna clients   print the line that points Codex, Claude Code or OpenCode at a running
+                      Lucerna; `lucerna clients install` installs the pinned agents (npm)
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
 from daemons.roles import ROLES, role_named
 from orchestrator.bench.cli import add_bench_parser
+from orchestrator.clients import CLIENTS, ensure_client
+from orchestrator.clients.cli import add_clients_parser
 from orchestrator.config import (
     Overrides,
     apply_overrides,
@@ -39,6 +44,8 @@ from orchestrator.config import (
     read_api_key_file,
 )
 from orchestrator.errors import ConfigError, OrchestratorError
+from orchestrator.niah.cli import add_niah_parser
+from orchestrator.prefill import add_prefill_arguments, prefill_overrides
 from orchestrator.server import run_server
 from orchestrator.systemd import SystemdEnvironment
 from protocol import STREAM_END, decode_token_bytes
@@ -75,10 +82,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = apply_overrides(load_config(args.config) if args.config else None, Overrides(
         host=args.host, port=args.port, api_keys=_api_keys_from_flags(args),
         shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
+        keepalive_interval=args.keepalive_interval,
         model=args.model, model_name=args.model_name, n_ctx=args.n_ctx, threads=args.threads,
         n_gpu_layers=args.n_gpu_layers, queue_limit=args.queue_limit,
         max_output_tokens=args.max_output_tokens,
-        restart_max_failures=args.restart_max_failures,
+        restart_max_failures=args.restart_max_failures, draft=args.draft,
+        prefill=prefill_overrides(args),
     ))
     server = config.server
     if server.log_level and not args.log_level_given:
@@ -88,6 +97,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     systemd = SystemdEnvironment.take()
     for model in models:
         progress(f"serving {model.name} ({model.info.architecture}, {model.launch.model})")
+        if model.prefill is not None:
+            progress(f"  {model.name}: {model.prefill.describe()}")
     if systemd.listen_fds:
         progress(f"on the {len(systemd.listen_fds)} socket(s) systemd passed (fd "
                  f"{', '.join(map(str, systemd.listen_fds))})")
@@ -124,6 +135,9 @@ def cmd_test(args: argparse.Namespace) -> int:
     _native()
     ensure_default_model(progress)
     ensure_test_models(progress=progress)
+    if "--no-clients" not in args.extra:  # tests/clients run the real agents (CI: always)
+        for spec in CLIENTS:
+            ensure_client(spec, progress)
     root = repo_root()
     python = sys.executable
     steps: list[tuple[str, list[str]]] = [
@@ -220,11 +234,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "(or set $LUCERNA_API_KEY); without one, no key is needed")
     serve.add_argument("--max-body-bytes", type=int,
                        help="largest request body accepted, else 413 (default 32 MiB)")
+    serve.add_argument("--keepalive-interval", type=float,
+                       help="seconds a stream may stay silent (a long prefill) before it "
+                       "sends a keep-alive event (default 15; 0: none)")
     serve.add_argument("--n-ctx", type=int, help="context size in tokens (default 4096)")
     serve.add_argument("--threads", type=int, help="CPU threads per daemon (default: all)")
     serve.add_argument("--n-gpu-layers", type=int, help="layers to offload (GPU builds)")
     serve.add_argument("--max-output-tokens", type=int,
-                       help="cap on tokens generated per request (default: what fits)")
+                       help="cap on tokens generated per request, whatever it asks "
+                       "(default: a quarter of the context)")
     serve.add_argument("--shutdown-timeout", type=float,
                        help="seconds to drain in-flight requests on SIGTERM (default 30)")
     serve.add_argument("--queue-limit", type=int,
@@ -233,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--restart-max-failures", type=int,
                        help="consecutive daemon failures after which the server exits "
                        "non-zero (default 5)")
+    serve.add_argument("--draft", help="DFlash draft GGUF for speculative decoding (qwen35 "
+                       "daemon); every generation then drafts and verifies")
+    add_prefill_arguments(serve)
     serve.set_defaults(func=cmd_serve)
 
     test = sub.add_parser("test", help="set up, then run ruff, mypy and pytest")
@@ -251,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.set_defaults(func=cmd_daemon, passthrough="daemon")
 
     add_bench_parser(sub)
+    add_niah_parser(sub)
+    add_clients_parser(sub)
     return parser
 
 

@@ -11,15 +11,22 @@ The schema (configs/lucerna.toml is a commented example)::
 
     [server]                      all keys optional
     host, port, api_key | api_key_file, cors_origins, shutdown_timeout,
-    max_body_bytes, log_level
+    max_body_bytes, keepalive_interval, log_level
 
     [[models]]                    one table per model; at least one
     name, path ("default" = the embedded gemma3-270m), role, n_ctx, threads,
-    n_gpu_layers, chunk, slots, extra_args, launcher, env, queue_limit,
+    n_gpu_layers, chunk, slots, draft, draft_block_size, extra_args, launcher, env, queue_limit,
     max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
     max_delay_s, healthy_after_s}
 
-Relative paths (``path``, ``api_key_file``) are relative to the file's directory.
+    [models.prefill]              PFlash compression / proxy mode; see
+                                  orchestrator/prefill/_settings.py for the keys
+
+``draft`` is a DFlash draft GGUF for the model's qwen35 daemon: every generation then
+decodes speculatively (PROTOCOL.md 5.9). The daemon's benchmark-only oracle proposer has
+no key here on purpose: it is a daemon flag and nothing an API client can reach.
+
+Relative paths (``path``, ``draft``, ``api_key_file``) are relative to the file's directory.
 Reading a model's GGUF header and choosing its daemon happen in ``build_models``,
 which needs the native build; its errors are ``ConfigError`` too.
 """
@@ -38,9 +45,12 @@ from daemons.errors import DaemonsError
 from daemons.roles import ROLES, DaemonLaunch, RoleSpec, target_role_for
 from orchestrator.api._http import MAX_BODY_BYTES
 from orchestrator.errors import ConfigError
+from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S
+from orchestrator.prefill import PrefillOverrides, PrefillSettings, parse_prefill_table
 from orchestrator.supervisor import RestartPolicy
 
 if TYPE_CHECKING:
+    from daemons.gguf_info import GGUFInfo
     from daemons.native import NativeBuild
     from orchestrator.models import ServedModel
 
@@ -78,6 +88,9 @@ class ServerSettings:
     """Seconds in-flight requests may take to finish after SIGTERM (hypercorn's 3 s is
     far too short for a long stream)."""
     max_body_bytes: int = MAX_BODY_BYTES
+    keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL_S
+    """Seconds a stream may go without an event before it sends a keep-alive (a long
+    prefill); 0 sends none (orchestrator/keepalive.py)."""
     log_level: str | None = None
 
 
@@ -94,12 +107,19 @@ class ModelSettings:
     n_gpu_layers: int | None = None
     chunk: int | None = None
     slots: int | None = None
+    draft: str | None = None
+    """A DFlash draft GGUF (absolute once loaded): speculative decoding; None: none."""
+    draft_block_size: int | None = None
+    """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
     extra_args: tuple[str, ...] = ()
     launcher: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     queue_limit: int = 16
     max_output_tokens: int | None = None
+    """Cap on the tokens of one request, whatever it asks; None: a quarter of n_ctx."""
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    prefill: PrefillSettings | None = None
+    """PFlash speculative prefill (``[models.prefill]``); None: never compressed."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +279,9 @@ def _server_settings(table: _Table, base: Path) -> ServerSettings:
     shutdown = table.number("shutdown_timeout", 0, "give the drain budget in seconds, e.g. 30")
     body = table.integer("max_body_bytes", 1024,
                          "give the largest request body in bytes, e.g. 33554432 (32 MiB)")
+    keepalive = table.number("keepalive_interval", 0,
+                             "give seconds between keep-alives of a silent stream, e.g. 15 "
+                             "(0: none)")
     level = table.string("log_level", f"use one of {', '.join(LOG_LEVELS)}")
     if level is not None and level.upper() not in LOG_LEVELS:
         raise table.error("log_level", f"unknown level {level!r}",
@@ -271,6 +294,7 @@ def _server_settings(table: _Table, base: Path) -> ServerSettings:
         cors_origins=origins or (),
         shutdown_timeout=defaults.shutdown_timeout if shutdown is None else shutdown,
         max_body_bytes=body or defaults.max_body_bytes,
+        keepalive_interval=defaults.keepalive_interval if keepalive is None else keepalive,
         log_level=level.upper() if level else None,
     )
 
@@ -318,7 +342,27 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
                         "give the layers to offload (-1 or leave out: all that fit the build)")
     chunk = table.integer("chunk", 1, "give the prefill chunk in tokens, e.g. chunk = 512")
     slots = table.integer("slots", 0, "give the number of snapshot slots, e.g. slots = 4")
+    draft = table.string("draft", "give a DFlash draft GGUF matched to this model, or leave "
+                                  "it out to decode without speculation")
+    if draft is not None:
+        resolved_draft = (base / Path(draft).expanduser()).resolve()
+        if not resolved_draft.is_file():
+            raise table.error("draft", f"{resolved_draft} is not a file",
+                              "point it at a DFlash draft GGUF (relative paths are relative "
+                              "to the config file), or leave draft out")
+        draft = str(resolved_draft)
+    block = table.integer("draft_block_size", 2, "give the tokens per verify step, e.g. 16, "
+                          "or leave it out for the draft's own block size", high=64)
+    if block is not None and draft is None:
+        raise table.error("draft_block_size", "is set without a draft",
+                          "add draft = \"<draft.gguf>\", or remove draft_block_size")
     extra = table.strings("extra_args", 'list extra daemon flags, e.g. ["--seed=1"]')
+    for arg in extra or ():
+        if arg.split("=", 1)[0] in ("--draft-oracle", "--oracle-accept"):
+            raise table.error("extra_args", f"{arg!r} is the daemon's benchmark-only oracle "
+                              "proposer, which a served model never uses",
+                              "remove it; benchmarks run the daemon directly "
+                              "(bin/gpu-dflash-bench)")
     launcher = table.strings("launcher", 'list the command to prefix, e.g. ["ssh", "gpu-host"]')
     env = table.table("env", 'write env = { NAME = "value" }')
     if env is not None and not all(isinstance(v, str) for v in env.values()):
@@ -326,10 +370,14 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
                           'env = { CUDA_VISIBLE_DEVICES = "0" }')
     queue = table.integer("queue_limit", 0, "give how many requests may wait, e.g. 16")
     max_out = table.integer("max_output_tokens", 1,
-                            "give a per-request cap in tokens, or leave it out for the context")
+                            "give a per-request cap in tokens, or leave it out for a quarter "
+                            "of the context")
     restart_data = table.table("restart", "write restart = { max_failures = 5 }")
     restart = _restart_policy(_Table(restart_data or {}, f"{table.where}.restart",
                                      table.source))
+    prefill_data = table.table("prefill", 'write [models.prefill] with drafter = "default"')
+    prefill = None if prefill_data is None else parse_prefill_table(
+        _Table(prefill_data, f"{table.where}.prefill", table.source), base)
     table.finish()
     return replace(
         defaults,
@@ -339,12 +387,15 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
         n_gpu_layers=gpu,
         chunk=chunk,
         slots=slots,
+        draft=draft,
+        draft_block_size=block,
         extra_args=extra or (),
         launcher=launcher or (),
         env=dict(env or {}),
         queue_limit=defaults.queue_limit if queue is None else queue,
         max_output_tokens=max_out,
         restart=restart,
+        prefill=prefill,
     )
 
 
@@ -386,29 +437,71 @@ def build_models(config: LucernaConfig, native: NativeBuild,
     from daemons.default_model import ensure_default_model
     from daemons.gguf_info import read_gguf_info
     from orchestrator.models import ServedModel
+    from orchestrator.prefill import build_compressor, is_proxy, served_path
+
+    def gguf(setting: str, at: str) -> tuple[Path, GGUFInfo]:
+        path = (ensure_default_model(progress) if setting == DEFAULT_MODEL_PATH
+                else Path(setting))
+        try:
+            return path, read_gguf_info(path)
+        except (DaemonsError, OSError, ValueError) as exc:
+            raise ConfigError(f"{at}: {path} is not a readable GGUF file: {exc}. "
+                              "Fix: point it at a GGUF model file.") from None
 
     served: list[ServedModel] = []
     for i, settings in enumerate(config.models):
         where = f"{config.source}: models[{i}] ({settings.name})"
-        path = (ensure_default_model(progress) if settings.path == DEFAULT_MODEL_PATH
-                else Path(settings.path))
-        try:
-            info = read_gguf_info(path)
-        except (DaemonsError, OSError, ValueError) as exc:
-            raise ConfigError(f"{where}.path: {path} is not a readable GGUF file: {exc}. "
-                              "Fix: point it at a GGUF model file.") from None
-        role = _role_for(settings, info.architecture, where)
+        # PFlash proxy mode (orchestrator/prefill) runs no target: the model's own
+        # daemon is the drafter, a pflash daemon.
+        proxy = is_proxy(settings.prefill)
+        path, info = gguf(served_path(settings.path, settings.prefill), f"{where}.path")
+        role = (_drafter_role(info.architecture, f"{where}.path") if proxy
+                else _role_for(settings, info.architecture, where))
+        drafter_path = None
+        if settings.prefill is not None and not proxy and settings.prefill.mode != "off":
+            drafter_path, drafter_info = gguf(settings.prefill.drafter or DEFAULT_MODEL_PATH,
+                                              f"{where}.prefill.drafter")
+            _drafter_role(drafter_info.architecture, f"{where}.prefill.drafter")
+        draft = None
+        if settings.draft is not None:
+            draft, draft_info = gguf(settings.draft, f"{where}.draft")
+            _check_draft(role, draft_info.architecture, f"{where}.draft")
         launch = DaemonLaunch(
             role=role, executable=native.binary(role.name), model=path,
             n_ctx=settings.n_ctx, threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
+            draft=draft, draft_block_size=settings.draft_block_size,
             extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
         )
         served.append(ServedModel(
             name=settings.name, info=info, launch=launch, queue_limit=settings.queue_limit,
             max_output_tokens=settings.max_output_tokens, restart_policy=settings.restart,
+            prefill=build_compressor(settings.name, settings.prefill, launch,
+                                     drafter_path=drafter_path,
+                                     pflash_executable=native.binary("pflash"),
+                                     restart=settings.restart),
         ))
     return served
+
+
+def _check_draft(role: RoleSpec, architecture: str, where: str) -> None:
+    if architecture != "dflash":
+        raise ConfigError(f"{where}: a draft must be a DFlash draft GGUF (architecture "
+                          f"'dflash'), this one is {architecture!r}. Fix: point draft at the "
+                          "DFlash draft made for this model, or leave draft out.")
+    if role.name != "qwen35":
+        raise ConfigError(f"{where}: speculative decoding is served by the qwen35 daemon; "
+                          f"this model runs on {role.name}. Fix: leave draft out.")
+
+
+def _drafter_role(architecture: str, where: str) -> RoleSpec:
+    role = ROLES["pflash"]
+    if architecture not in role.architectures:
+        raise ConfigError(
+            f"{where}: a PFlash drafter must be a GGUF of architecture "
+            f"{', '.join(sorted(role.architectures))}, this one is {architecture!r}. Fix: use "
+            'a small model of one of those (e.g. Qwen3-0.6B), or "default".')
+    return role
 
 
 def _role_for(settings: ModelSettings, architecture: str, where: str) -> RoleSpec:
@@ -436,6 +529,7 @@ class Overrides:
     api_keys: tuple[str, ...] | None = None
     shutdown_timeout: float | None = None
     max_body_bytes: int | None = None
+    keepalive_interval: float | None = None
     model: str | None = None
     model_name: str | None = None
     n_ctx: int | None = None
@@ -444,6 +538,10 @@ class Overrides:
     queue_limit: int | None = None
     max_output_tokens: int | None = None
     restart_max_failures: int | None = None
+    draft: str | None = None
+    """``--draft``: a DFlash draft GGUF for every model served."""
+    prefill: PrefillOverrides = field(default_factory=PrefillOverrides)
+    """The ``--prefill-*`` flags (PFlash); they apply to every model served."""
 
 
 def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaConfig:
@@ -485,14 +583,23 @@ def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaCo
         ("n_ctx", flags.n_ctx), ("threads", flags.threads), ("n_gpu_layers", flags.n_gpu_layers),
         ("queue_limit", flags.queue_limit), ("max_output_tokens", flags.max_output_tokens),
     ) if value is not None}
+    if flags.draft is not None:
+        draft = Path(flags.draft).expanduser().resolve()
+        if not draft.is_file():
+            raise ConfigError(f"--draft: {draft} is not a file. Fix: give a DFlash draft GGUF "
+                              "matched to the model, or leave --draft out.")
+        per_model["draft"] = str(draft)
     models = [replace(m, **per_model) for m in models]
     if flags.restart_max_failures is not None:
         models = [replace(m, restart=replace(m.restart, max_failures=flags.restart_max_failures))
                   for m in models]
+    if flags.prefill.given():
+        models = [replace(m, prefill=flags.prefill.apply(m.prefill)) for m in models]
     server = config.server
     server_flags: dict[str, Any] = {key: value for key, value in (
         ("host", flags.host), ("port", flags.port), ("api_keys", flags.api_keys),
         ("shutdown_timeout", flags.shutdown_timeout), ("max_body_bytes", flags.max_body_bytes),
+        ("keepalive_interval", flags.keepalive_interval),
     ) if value is not None}
     return replace(config, server=replace(server, **server_flags), models=tuple(models))
 
@@ -500,6 +607,7 @@ def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaCo
 def _check_flags(flags: Overrides) -> None:
     for flag, value, low in (
         ("--port", flags.port, 0), ("--shutdown-timeout", flags.shutdown_timeout, 0),
+        ("--keepalive-interval", flags.keepalive_interval, 0),
         ("--max-body-bytes", flags.max_body_bytes, 1024), ("--n-ctx", flags.n_ctx, 16),
         ("--threads", flags.threads, 1), ("--n-gpu-layers", flags.n_gpu_layers, -1),
         ("--queue-limit", flags.queue_limit, 0),

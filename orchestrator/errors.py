@@ -4,6 +4,7 @@ Hierarchy::
 
     OrchestratorError
     ├── ConfigError                   bad configuration or command line; names the key and fix
+    ├── ClientSetupError              a coding agent (``lucerna clients``) could not be installed
     ├── DaemonUnrecoverableError      a model's daemon failed too often in a row; the server exits
     └── RequestError                  a request cannot be served; has an HTTP status and type
         ├── BadRequestError           400 invalid_request_error (malformed JSON, bad fields)
@@ -12,6 +13,7 @@ Hierarchy::
         ├── ModelNotFoundError        404 model_not_found
         ├── ServiceUnavailableError   503: the model's daemon is not running (starting, died)
         │   └── QueueFullError        503: too many requests already wait for this model
+        ├── UpstreamError             502: proxy mode's upstream server failed or refused us
         └── ClientGoneError           499: the client disconnected; nothing is sent back
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 __all__ = [
     "BadRequestError",
     "ClientGoneError",
+    "ClientSetupError",
     "DaemonUnrecoverableError",
     "QueueFullError",
     "ChatTemplateError",
@@ -31,6 +34,7 @@ __all__ = [
     "OrchestratorError",
     "RequestError",
     "ServiceUnavailableError",
+    "UpstreamError",
 ]
 
 
@@ -40,6 +44,10 @@ class OrchestratorError(Exception):
 
 class ConfigError(OrchestratorError):
     """The configuration or command line is invalid."""
+
+
+class ClientSetupError(OrchestratorError):
+    """A pinned coding agent could not be installed or does not run; says what to do."""
 
 
 class DaemonUnrecoverableError(OrchestratorError):
@@ -98,6 +106,14 @@ class QueueFullError(ServiceUnavailableError):
     def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class UpstreamError(RequestError):
+    """Proxy mode (orchestrator/prefill): the upstream server failed, timed out or refused us."""
+
+    status = 502
+    error_type = "upstream_error"
+    code = "upstream_failed"
 
 
 class ClientGoneError(RequestError):

@@ -29,19 +29,23 @@ from starlette.responses import Response
 from daemons.errors import DaemonDiedError, DaemonReplyError
 from orchestrator.api._http import EventStreamResponse
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
+from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S, KeepAlive, KeepAliveEvents
 from orchestrator.models import ServedModel
 from orchestrator.scheduler import watch_disconnect
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
-from protocol import SamplingParams
+from protocol import GenerateSummary, SamplingParams
 
 __all__ = [
     "MAX_RECOVERIES",
+    "Conversation",
     "Event",
     "Finished",
     "GenerationRequest",
     "OutputParser",
+    "Speculation",
     "TextDelta",
     "ToolCall",
+    "cap_ends_turn",
     "completion_budget",
     "generate_events",
     "prompt_ids",
@@ -67,6 +71,21 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding's counts for one generation (PROTOCOL.md 5.9)."""
+
+    draft_steps: int
+    """Verify steps that carried proposals."""
+    proposed: int
+    accepted: int
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens committed per verify step (accepted proposals plus one)."""
+        return 1.0 + self.accepted / self.draft_steps if self.draft_steps else 0.0
+
+
+@dataclass(frozen=True)
 class Finished:
     finish_reason: str  # "stop" | "length" | "tool_calls"
     prompt_tokens: int
@@ -75,6 +94,14 @@ class Finished:
     decode_ms: float
     recoveries: int = 0
     stop_string: str | None = None  # the request's stop string that ended it, if one did
+    # Prompt tokens PFlash compressed away before the prefill (prompt_tokens counts
+    # what was prefilled); 0 when the prompt was not compressed (orchestrator/prefill).
+    compressed_tokens: int = 0
+    # Set when the daemon decoded speculatively (a draft is configured); summed over a
+    # recovery's daemons would mislead, so it is the last daemon's reply.
+    speculative: Speculation | None = None
+    # The server's output cap ended it; reported as a stop (see ``cap_ends_turn``).
+    capped: bool = False
 
 
 Event = TextDelta | ToolCall | Finished
@@ -86,6 +113,16 @@ class OutputParser(Protocol):
     def feed(self, text: str) -> list[TextDelta | ToolCall]: ...
 
     def finish(self) -> list[TextDelta | ToolCall]: ...
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The chat a prompt was rendered from: what PFlash compresses and proxy mode
+    forwards (orchestrator/prefill). Messages in the shape the dialects hand to
+    ``prompt_ids``; ``tools`` as the chat template gets them."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +138,10 @@ class GenerationRequest:
     parser_factory: Callable[[], OutputParser] | None = field(default=None, compare=False)
     # False for raw prompts (legacy completions): no chat template, so none of its stops.
     template_stops: bool = True
+    # Set by the chat dialects; None for raw prompts, which PFlash leaves alone.
+    conversation: Conversation | None = field(default=None, compare=False)
+    # Prompt tokens PFlash removed from ``prompt`` (orchestrator/prefill); reported in usage.
+    compressed_tokens: int = 0
 
 
 async def prompt_ids(
@@ -137,11 +178,26 @@ def completion_budget(model: ServedModel, request: GenerationRequest) -> int:
             param="messages",
         )
     room = n_ctx - n_prompt
-    limit = model.max_output_tokens
     wanted = request.max_tokens if request.max_tokens is not None else room
     # Like llama-server, a max_tokens beyond the context is clamped to what fits
     # rather than refused; finish_reason "length" tells the client it was cut.
-    return max(1, min(wanted, room, limit) if limit else min(wanted, room))
+    return max(1, min(wanted, room, model.output_cap))
+
+
+def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
+    """Whether the server's output cap, not the request's limit nor the context, bounds
+    this generation.
+
+    Reaching that cap ends the turn as a stop (``stop``, Anthropic ``end_turn``,
+    Responses ``completed``), not as ``length``: agents read a length stop as "your
+    answer was cut, go on" (Claude Code re-asks three times, then fails the run; Codex
+    fails on ``response.incomplete``), so a model that never stops on its own would
+    fail every turn at a limit the server itself imposed. A request's own
+    ``max_tokens`` and a full context still end in ``length``.
+    """
+    room = model.n_ctx - len(request.prompt)
+    wanted = request.max_tokens if request.max_tokens is not None else room
+    return model.output_cap < min(wanted, room)
 
 
 async def generate_events(
@@ -152,6 +208,13 @@ async def generate_events(
     Consume it with ``contextlib.aclosing``: leaving early (client gone, error)
     then stops the daemon's generation at once.
     """
+    if model.prefill is not None and model.prefill.upstream is not None:
+        # PFlash proxy mode (orchestrator/prefill): an upstream server generates, no daemon.
+        async with aclosing(model.prefill.upstream_events(model, request)) as upstream:
+            async for event in upstream:
+                model.observe(event)
+                yield event
+        return
     n_gen = completion_budget(model, request)
     _, pieces, template = model.ready_parts()
     detokenizer = IncrementalDetokenizer(pieces)
@@ -205,10 +268,15 @@ async def generate_events(
         model.observe(event)
         yield event
     natural_end = summary is not None and summary.finish in ("eog", "stop")
+    capped = False
     if saw_tool_call:
         finish_reason = "tool_calls"
     elif stops.stopped or natural_end:
         finish_reason = "stop"
+    elif cap_ends_turn(model, request):
+        finish_reason, capped = "stop", True
+        log.info("model %s: reached the output cap of %d tokens; the turn ends there",
+                 model.name, model.output_cap)
     else:
         finish_reason = "length"
     finished = Finished(
@@ -219,9 +287,19 @@ async def generate_events(
         decode_ms=summary.decode_ms if summary else 0.0,
         recoveries=recoveries,
         stop_string=stops.matched if stops.matched in request.stop_strings else None,
+        compressed_tokens=request.compressed_tokens,
+        speculative=_speculation(summary),
+        capped=capped,
     )
     model.observe(finished)
     yield finished
+
+
+def _speculation(summary: GenerateSummary | None) -> Speculation | None:
+    if summary is None or summary.draft_steps is None:
+        return None
+    return Speculation(draft_steps=summary.draft_steps, proposed=summary.draft_proposed or 0,
+                       accepted=summary.draft_accepted or 0)
 
 
 async def run_generation(
@@ -230,14 +308,17 @@ async def run_generation(
     build: Callable[[], Awaitable[GenerationRequest]],
     *,
     stream: bool,
-    to_sse: Callable[[GenerationRequest, AsyncIterator[Event]], AsyncIterator[bytes]],
+    to_sse: Callable[[GenerationRequest, AsyncIterator[Event | KeepAlive]],
+                     AsyncIterator[bytes]],
     to_response: Callable[[GenerationRequest, list[Event]], Response],
 ) -> Response:
     """Serve one generation in the model's queue, streaming or not.
 
     ``build`` runs once this request's turn has come (it may tokenize on the
     daemon); errors it raises reach the client as plain HTTP errors, before any
-    SSE header. ``to_sse`` must consume its events inside ``aclosing``.
+    SSE header. ``to_sse`` must consume its events inside ``aclosing``; between
+    them it gets a ``KeepAlive`` whenever the server's keep-alive interval passed
+    without one (orchestrator/keepalive.py).
     """
     ticket = model.queue.admit(model.name)
     handed_over = False
@@ -245,14 +326,21 @@ async def run_generation(
         async with watch_disconnect(request.receive):
             await ticket.wait_turn()
             generation = await build()
+            if model.prefill is not None:
+                # PFlash (orchestrator/prefill): a long prompt is compressed here, in this
+                # request's turn (it may park the target), before the context check.
+                generation = await model.prefill.apply(model, generation, request.headers)
             completion_budget(model, generation)
             if not stream:
                 async with aclosing(generate_events(model, generation)) as events:
                     collected = [event async for event in events]
                 return to_response(generation, collected)
         handed_over = True
-        return EventStreamResponse(to_sse(generation, generate_events(model, generation)),
-                                   on_close=ticket.release)
+        app_state = getattr(request.scope.get("app"), "state", None)
+        interval = getattr(app_state, "keepalive_interval_s", DEFAULT_KEEPALIVE_INTERVAL_S)
+        pump = KeepAliveEvents(generate_events(model, generation), interval)
+        return EventStreamResponse(to_sse(generation, pump.events()), on_close=ticket.release,
+                                   pump=pump)
     finally:
         if not handed_over:
             ticket.release()

@@ -23,8 +23,12 @@ from protocol import PieceTable
 
 if TYPE_CHECKING:
     from orchestrator.generation import Event
+    from orchestrator.prefill import PrefillCompressor
 
-__all__ = ["ModelRegistry", "ServedModel"]
+__all__ = ["OUTPUT_CAP_CONTEXT_SHARE", "ModelRegistry", "ServedModel"]
+
+OUTPUT_CAP_CONTEXT_SHARE = 4
+"""Without ``max_output_tokens``, a request may generate at most n_ctx / this."""
 
 
 @dataclass
@@ -33,7 +37,8 @@ class ServedModel:
     info: GGUFInfo
     launch: DaemonLaunch
     queue_limit: int = 16
-    # Server-side cap on output tokens per request; None means "what the context allows".
+    # Server-side cap on output tokens per request, whatever the request asks; None
+    # means the default, a share of the context (``output_cap``).
     max_output_tokens: int | None = None
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -44,6 +49,9 @@ class ServedModel:
     # Called with every event a generation on this model yields (metrics count tokens
     # and time the first output here); observers must be quick and must not raise.
     observers: list[Callable[[ServedModel, Event], None]] = field(default_factory=list)
+    # PFlash speculative prefill: the drafter that compresses long prompts, or (proxy
+    # mode) the upstream that generates; None when compression is off.
+    prefill: PrefillCompressor | None = None
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
@@ -65,6 +73,16 @@ class ServedModel:
         if client is not None and client.ready is not None:
             return client.ready.n_ctx
         return self.launch.n_ctx or 0
+
+    @property
+    def output_cap(self) -> int:
+        """The most tokens one request may generate: ``max_output_tokens``, else a
+        quarter of the context. Agents ask for far more than a turn needs (Claude Code
+        sends ``max_tokens`` 32000), and a weak model that never stops on its own would
+        otherwise decode until the context is full."""
+        if self.max_output_tokens is not None:
+            return self.max_output_tokens
+        return max(1, self.n_ctx // OUTPUT_CAP_CONTEXT_SHARE)
 
     def observe(self, event: Event) -> None:
         for observer in self.observers:

@@ -85,6 +85,8 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         for model in registry:
             nursery.start_soon(model.supervisor.run)
+            if model.prefill is not None:  # PFlash: its drafter daemon (orchestrator/prefill)
+                nursery.start_soon(model.prefill.run)
         status_scope = trio.CancelScope()
 
         async def stop_when_triggered() -> None:

@@ -67,7 +67,8 @@ class GenerateSummary(_Summary):
 
     ``n_reused`` (tokens taken from the slot) is set for a ``restore`` and None for a
     ``generate``; ``snap_slot``/``snap_pos`` are set when the command asked for
-    ``snap=L:S``.
+    ``snap=L:S``. The ``draft_*`` fields (section 5.9) are set when the request decoded
+    speculatively, and None otherwise.
     """
 
     n_prompt: int
@@ -78,6 +79,23 @@ class GenerateSummary(_Summary):
     n_reused: int | None = None
     snap_slot: int | None = None
     snap_pos: int | None = None
+    draft_steps: int | None = None
+    """Verify steps that carried proposals."""
+    draft_proposed: int | None = None
+    draft_accepted: int | None = None
+    """Proposals the target agreed with (and committed)."""
+    draft_ms: float | None = None
+    """Time spent in the draft model (feature ingest and block denoising)."""
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Mean tokens committed per verify step: accepted proposals plus the target's
+        own pick; None without speculation, 0.0 when no step ran."""
+        if self.draft_steps is None or self.draft_accepted is None:
+            return None
+        if self.draft_steps == 0:
+            return 0.0
+        return 1.0 + self.draft_accepted / self.draft_steps
 
     @property
     def command(self) -> str:
@@ -93,6 +111,11 @@ class GenerateSummary(_Summary):
         snap_pos = _optional_int_field(reply, "snap_pos")
         if (snap_slot is None) != (snap_pos is None):
             raise MalformedLineError("snap_slot= and snap_pos= go together", line=reply._line())
+        draft_keys = ("draft_steps", "draft_proposed", "draft_accepted", "draft_ms")
+        present = [key in reply.fields for key in draft_keys]
+        if any(present) and not all(present):
+            raise MalformedLineError(f"{', '.join(draft_keys)} go together", line=reply._line())
+        speculative = all(present)
         return cls(
             n_prompt=reply.int_field("n_prompt"),
             n_gen=reply.int_field("n_gen"),
@@ -102,6 +125,10 @@ class GenerateSummary(_Summary):
             n_reused=reply.int_field("n_reused") if reply.command == "restore" else None,
             snap_slot=snap_slot,
             snap_pos=snap_pos,
+            draft_steps=reply.int_field("draft_steps") if speculative else None,
+            draft_proposed=reply.int_field("draft_proposed") if speculative else None,
+            draft_accepted=reply.int_field("draft_accepted") if speculative else None,
+            draft_ms=reply.float_field("draft_ms") if speculative else None,
         )
 
     def to_reply(self) -> OkReply:
@@ -117,6 +144,18 @@ class GenerateSummary(_Summary):
         }
         if self.snap_slot is not None and self.snap_pos is not None:
             fields |= {"snap_slot": str(self.snap_slot), "snap_pos": str(self.snap_pos)}
+        if (
+            self.draft_steps is not None
+            and self.draft_proposed is not None
+            and self.draft_accepted is not None
+            and self.draft_ms is not None
+        ):
+            fields |= {
+                "draft_steps": str(self.draft_steps),
+                "draft_proposed": str(self.draft_proposed),
+                "draft_accepted": str(self.draft_accepted),
+                "draft_ms": repr(float(self.draft_ms)),
+            }
         return OkReply(self.command, fields)
 
 

@@ -48,6 +48,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture
+def unused_port() -> int:
+    """A localhost TCP port nothing listens on (at the time of asking)."""
+    return free_port()
+
+
 class LucernaServer:
     """``lucerna serve`` in a subprocess, its log captured to a file."""
 

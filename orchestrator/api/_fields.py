@@ -16,6 +16,7 @@ from orchestrator.errors import BadRequestError
 from protocol import SamplingParams
 
 __all__ = [
+    "DEFAULT_SAMPLING",
     "MAX_STOP_STRINGS",
     "Basics",
     "basics",
@@ -38,6 +39,9 @@ _DEFAULT_TEMPERATURE = 0.8
 _DEFAULT_TOP_K = 40
 _DEFAULT_TOP_P = 0.95
 _DEFAULT_MIN_P = 0.05
+DEFAULT_SAMPLING = {"temperature": _DEFAULT_TEMPERATURE, "top_k": _DEFAULT_TOP_K,
+                    "top_p": _DEFAULT_TOP_P, "min_p": _DEFAULT_MIN_P}
+"""What a request that names no sampling field gets (``GET /props`` reports it)."""
 
 
 def number(body: Mapping[str, Any], key: str, low: float, high: float) -> float | None:

@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
+import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from orchestrator.errors import BadRequestError, RequestError
+from orchestrator.keepalive import KeepAliveEvents
 
 __all__ = ["MAX_BODY_BYTES", "EventStreamResponse", "error_response", "read_json_body", "sse"]
 
@@ -79,13 +81,15 @@ class EventStreamResponse(StreamingResponse):
     """
 
     def __init__(self, events: AsyncIterator[bytes],
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None,
+                 pump: KeepAliveEvents[Any] | None = None) -> None:
         super().__init__(
             events,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
         self._on_close = on_close
+        self._pump = pump  # the generation ``events`` reads, run beside it (keepalive.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # on_close runs whether the body ran to the end, the client left, or the body
@@ -97,9 +101,13 @@ class EventStreamResponse(StreamingResponse):
                 self._on_close()
 
     async def stream_response(self, send: Send) -> None:
-        iterator = self.body_iterator
-        if hasattr(iterator, "aclose"):
-            async with aclosing(iterator):  # type: ignore[type-var]
+        async with trio.open_nursery() as nursery:
+            if self._pump is not None:
+                nursery.start_soon(self._pump.run)
+            iterator = self.body_iterator
+            if hasattr(iterator, "aclose"):
+                async with aclosing(iterator):  # type: ignore[type-var]
+                    await super().stream_response(send)
+            else:
                 await super().stream_response(send)
-        else:
-            await super().stream_response(send)
+            nursery.cancel_scope.cancel()  # a body that stopped early leaves the pump waiting

@@ -22,8 +22,12 @@ from orchestrator.api._dialect import as_request_error
 from orchestrator.api._http import sse
 from orchestrator.errors import RequestError
 from orchestrator.generation import Event, Finished, TextDelta, ToolCall
+from orchestrator.keepalive import KeepAlive
 
-__all__ = ["OpenAIEnvelope", "include_usage", "openai_usage"]
+__all__ = ["KEEPALIVE_COMMENT", "OpenAIEnvelope", "include_usage", "openai_usage"]
+
+# OpenAI clients skip SSE comments; an empty chunk instead would reach users as a delta.
+KEEPALIVE_COMMENT = b": keepalive\n\n"
 
 
 def include_usage(body: Mapping[str, Any], stream: bool) -> bool:
@@ -32,12 +36,22 @@ def include_usage(body: Mapping[str, Any], stream: bool) -> bool:
     return stream and bool(options.get("include_usage", False))
 
 
-def openai_usage(finished: Finished) -> dict[str, int]:
-    return {
+def openai_usage(finished: Finished) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": finished.prompt_tokens,
         "completion_tokens": finished.completion_tokens,
         "total_tokens": finished.prompt_tokens + finished.completion_tokens,
     }
+    if finished.compressed_tokens:
+        # PFlash: prompt_tokens were prefilled; these were compressed away before that.
+        usage["prompt_tokens_details"] = {"compressed_tokens": finished.compressed_tokens}
+    if finished.speculative is not None:
+        # DFlash speculative decoding (PROTOCOL.md 5.9): how well the draft guessed.
+        spec = finished.speculative
+        usage["speculative"] = {"acceptance_length": round(spec.acceptance_length, 3),
+                                "draft_steps": spec.draft_steps, "accepted": spec.accepted,
+                                "proposed": spec.proposed}
+    return usage
 
 
 @dataclass(frozen=True)
@@ -62,7 +76,7 @@ class OpenAIEnvelope:
     async def stream(
         self,
         kind: str,
-        events: AsyncIterator[Event],
+        events: AsyncIterator[Event | KeepAlive],
         choices: Callable[[TextDelta | ToolCall], Iterable[dict[str, Any]]],
         last: Callable[[Finished], dict[str, Any]],
         first: dict[str, Any] | None = None,
@@ -74,6 +88,9 @@ class OpenAIEnvelope:
         try:
             async with aclosing(events):  # type: ignore[type-var]
                 async for event in events:
+                    if isinstance(event, KeepAlive):
+                        yield KEEPALIVE_COMMENT
+                        continue
                     if isinstance(event, Finished):
                         finished = event
                         continue

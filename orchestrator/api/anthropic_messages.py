@@ -2,7 +2,9 @@
 ``POST /v1/messages/count_tokens``.
 
 Requests map onto the HF message convention the templates take: ``system`` (a
-string or text blocks) becomes the system message; a user turn's ``tool_result``
+string or text blocks) becomes the system message, and so do ``role: "system"``
+messages in ``messages`` (Claude Code's mid-conversation updates), appended to it in
+order; a user turn's ``tool_result``
 blocks become ``tool`` messages (in order, before the turn's text); an assistant
 turn's ``tool_use`` blocks become its ``tool_calls``. ``thinking`` blocks are
 dropped; images and documents are refused (text-only models).
@@ -43,6 +45,7 @@ from orchestrator.generation import (
     prompt_ids,
     run_generation,
 )
+from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
 from orchestrator.scheduler import watch_disconnect
 from orchestrator.tools import OutputPlan, plan_output
@@ -93,7 +96,7 @@ def _turn(message: Any, i: int) -> list[dict[str, Any]]:
     """One Anthropic message as HF-convention messages."""
     where = f"messages[{i}]"
     if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise BadRequestError(f"{where} must be an object with role user or assistant")
+        raise BadRequestError(f"{where} must be an object with role user, assistant or system")
     role, content = message["role"], message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -139,10 +142,18 @@ def parse_messages_request(body: Mapping[str, Any], *, counting: bool = False,
     value = body.get("messages")
     if not isinstance(value, list) or not value:
         raise BadRequestError("messages must be a non-empty array", param="messages")
-    messages = [m for i, message in enumerate(value) for m in _turn(message, i)]
-    system = body.get("system")
-    if system is not None:
-        messages.insert(0, {"role": "system", "content": _text_blocks(system, "system")})
+    # Claude Code sends system-controlled updates as ``role: "system"`` messages in
+    # the middle of the conversation. They join the system prompt, in order: every
+    # chat template takes a leading system message, many refuse one anywhere else.
+    system_texts = [] if body.get("system") is None else [_text_blocks(body["system"], "system")]
+    messages: list[dict[str, Any]] = []
+    for i, message in enumerate(value):
+        if isinstance(message, dict) and message.get("role") == "system":
+            system_texts.append(_text_blocks(message.get("content"), f"messages[{i}].content"))
+        else:
+            messages.extend(_turn(message, i))
+    if system_texts:
+        messages.insert(0, {"role": "system", "content": "\n\n".join(system_texts)})
     return MessagesRequest(
         basics=basics,
         messages=messages,
@@ -197,7 +208,7 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
         return sse({"type": kind, **payload}, event=kind)
 
     async def to_sse(generation: GenerationRequest,
-                     events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+                     events: AsyncIterator[Event | KeepAlive]) -> AsyncGenerator[bytes, None]:
         usage = {"input_tokens": len(generation.prompt), "output_tokens": 0}
         yield emit("message_start", message=message([], None, None, usage))
         yield emit("ping")
@@ -206,6 +217,9 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
         try:
             async with aclosing(events):  # type: ignore[type-var]
                 async for event in events:
+                    if isinstance(event, KeepAlive):
+                        yield emit("ping")
+                        continue
                     if isinstance(event, TextDelta):
                         if not text_open:
                             yield emit("content_block_start", index=index,

@@ -37,6 +37,7 @@ from orchestrator.generation import (
     ToolCall,
     run_generation,
 )
+from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
 from orchestrator.tools import OutputPlan, plan_output
 
@@ -126,7 +127,7 @@ async def chat_completions(request: Request, registry: ModelRegistry) -> Respons
             "chat.completion", [_choice(finished.finish_reason, message=message)], finished))
 
     def to_sse(generation: GenerationRequest,
-               events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+               events: AsyncIterator[Event | KeepAlive]) -> AsyncGenerator[bytes, None]:
         indices = itertools.count()  # tool calls are numbered across the whole reply
         return envelope.stream(
             "chat.completion.chunk", events,

@@ -32,6 +32,7 @@ from orchestrator.generation import (
     run_generation,
     tokenize_text,
 )
+from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry, ServedModel
 
 __all__ = ["CompletionRequest", "completions", "parse_completion_request"]
@@ -112,7 +113,7 @@ async def completions(request: Request, registry: ModelRegistry) -> Response:
             "text_completion", [_choice(text, finished.finish_reason)], finished))
 
     def to_sse(generation: GenerationRequest,
-               events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+               events: AsyncIterator[Event | KeepAlive]) -> AsyncGenerator[bytes, None]:
         return envelope.stream(
             "text_completion", events,
             # Tool calls never occur here: a raw prompt has no tools and no parser.

@@ -41,6 +41,7 @@ from orchestrator.generation import (
     ToolCall,
     run_generation,
 )
+from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
 from orchestrator.tools import OutputPlan, plan_output
 
@@ -187,9 +188,12 @@ def _output_text(text: str) -> dict[str, Any]:
 
 
 def _usage(finished: Finished) -> dict[str, Any]:
+    details = {"cached_tokens": 0}
+    if finished.compressed_tokens:  # PFlash removed these before the prefill
+        details["compressed_tokens"] = finished.compressed_tokens
     return {
         "input_tokens": finished.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": details,
         "output_tokens": finished.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": finished.prompt_tokens + finished.completion_tokens,
@@ -257,7 +261,7 @@ async def responses(request: Request, registry: ModelRegistry) -> Response:
         return JSONResponse(response(final_status(finished), output.items, finished=finished))
 
     async def to_sse(generation: GenerationRequest,
-                     events: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
+                     events: AsyncIterator[Event | KeepAlive]) -> AsyncGenerator[bytes, None]:
         sequence = 0
 
         def emit(kind: str, **payload: Any) -> bytes:
@@ -272,6 +276,10 @@ async def responses(request: Request, registry: ModelRegistry) -> Response:
         try:
             async with aclosing(events):  # type: ignore[type-var]
                 async for event in events:
+                    if isinstance(event, KeepAlive):
+                        # A real event: Codex's idle timer ignores SSE comments.
+                        yield emit("response.in_progress", response=response("in_progress", []))
+                        continue
                     finished = collect([event], output) or finished
                     for kind, payload in output.events:
                         yield emit(kind, **payload)

@@ -38,6 +38,12 @@ def test_the_keys_are_those_of_section_5_3() -> None:
         "last_prefill_tok_s",
         "last_decode_tok_s",
         "model_bytes",
+        "draft_steps",
+        "draft_proposed",
+        "draft_accepted",
+        "acceptance_length",
+        "draft_ms",
+        "draft_model_bytes",
         "bytes_host",
         "bytes_device",
     ]

@@ -37,7 +37,9 @@ def generated_text(daemon: Any, tokens: list[int]) -> str:
     return unquote(daemon.ok(reply, "detokenize")["text"])
 
 
-@pytest.mark.parametrize("sampling", ["", " temp=0.9 seed=3", " temp=1.5 top_k=5 rep_pen=1.3 seed=9"])
+@pytest.mark.parametrize(
+    "sampling", ["", " temp=0.9 seed=3", " temp=1.5 top_k=5 rep_pen=1.3 seed=9"]
+)
 def test_grammar_constrains_and_completes(gemma1: Any, prompt: str, sampling: str) -> None:
     tokens, reply = gemma1.stream_command(
         f"generate {prompt} 30 grammar={text_ref('root ::= [0-9]{6}')}{sampling}"
@@ -55,7 +57,7 @@ def test_greedy_under_a_grammar_is_the_best_allowed_token(gemma1: Any, prompt: s
     allowed = generated_text(gemma1, free)
     literal = allowed.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     constrained, reply = gemma1.stream_command(
-        f'generate {prompt} 5 grammar={text_ref("root ::= " + chr(34) + literal + chr(34))}'
+        f"generate {prompt} 5 grammar={text_ref('root ::= ' + chr(34) + literal + chr(34))}"
     )
     assert constrained == free
     assert gemma1.ok(reply, "generate")["finish"] == "stop"
@@ -73,7 +75,9 @@ def test_alternatives_and_length_limits(gemma1: Any, prompt: str) -> None:
     assert gemma1.ok(reply, "generate")["finish"] == "length" and len(tokens) == 4
     assert re.fullmatch(r"[a-z ]+", generated_text(gemma1, tokens))
     # A stop token still stops first.
-    digits, _ = gemma1.stream_command(f"generate {prompt} 10 grammar={text_ref('root ::= [0-9]{6}')}")
+    digits, _ = gemma1.stream_command(
+        f"generate {prompt} 10 grammar={text_ref('root ::= [0-9]{6}')}"
+    )
     stopped, reply = gemma1.stream_command(
         f"generate {prompt} 10 grammar={text_ref('root ::= [0-9]{6}')} stop={digits[1]}"
     )
@@ -84,21 +88,29 @@ def test_alternatives_and_length_limits(gemma1: Any, prompt: str) -> None:
 def test_a_complete_grammar_stops_even_where_the_model_would_end(gemma1: Any) -> None:
     # The base model closes a strikethrough with "</s>", an end-of-generation token
     # (test_generate.py). Under a grammar that is already complete, that is finish=stop.
-    strike, _ = gemma1.stream_command("tokenize " + text_ref("This is <s>wrong</s> right, and <s>bad"))
+    strike, _ = gemma1.stream_command(
+        "tokenize " + text_ref("This is <s>wrong</s> right, and <s>bad")
+    )
     strike_ids = "ids:" + ",".join(map(str, strike))
     _, reply = gemma1.stream_command(f"generate {strike_ids} 5")
     assert gemma1.ok(reply, "generate")["finish"] == "eog"
-    tokens, reply = gemma1.stream_command(f"generate {strike_ids} 5 grammar={text_ref('root ::= ' + chr(34) * 2)}")
+    tokens, reply = gemma1.stream_command(
+        f"generate {strike_ids} 5 grammar={text_ref('root ::= ' + chr(34) * 2)}"
+    )
     assert tokens == [] and gemma1.ok(reply, "generate")["finish"] == "stop"
     # Where the grammar could go on, the model's end stays an end.
-    tokens, reply = gemma1.stream_command(f"generate {strike_ids} 5 grammar={text_ref('root ::= [a-z]*')}")
+    tokens, reply = gemma1.stream_command(
+        f"generate {strike_ids} 5 grammar={text_ref('root ::= [a-z]*')}"
+    )
     assert tokens == [] and gemma1.ok(reply, "generate")["finish"] == "eog"
 
 
 def test_grammar_from_a_file_and_with_restore(gemma1: Any, prompt: str, tmp_path: Path) -> None:
     path = tmp_path / "json.gbnf"
     path.write_text('root ::= "{" ws "\\"n\\":" ws [1-9] [0-9]? ws "}"\nws ::= [ ]?\n')
-    tokens, reply = gemma1.stream_command(f"generate {prompt} 40 grammar={path} temp=0.9 seed=4 snap=2:0")
+    tokens, reply = gemma1.stream_command(
+        f"generate {prompt} 40 grammar={path} temp=0.9 seed=4 snap=2:0"
+    )
     text = generated_text(gemma1, tokens)
     assert re.fullmatch(r'\{ ?"n": ?[1-9][0-9]? ?\}', text), text
     assert gemma1.ok(reply, "generate")["finish"] == "stop"

@@ -70,8 +70,15 @@ class LineFuzzer:
     def text(self) -> str:
         r = self.rng
         raw = "".join(r.choice("abc xyz%=é\t<>\"'\\/") for _ in range(r.randrange(0, 30)))
-        return r.choice(["text:" + raw.replace(" ", "%20"), "text:%F0%9F%98%80", "text:%FF", "text:",
-                         str(self.tmp / "missing.txt")])
+        return r.choice(
+            [
+                "text:" + raw.replace(" ", "%20"),
+                "text:%F0%9F%98%80",
+                "text:%FF",
+                "text:",
+                str(self.tmp / "missing.txt"),
+            ]
+        )
 
     def value(self) -> str:
         r = self.rng
@@ -91,22 +98,51 @@ class LineFuzzer:
     def soup(self) -> str:
         """A command word, positional arguments and options, mostly wrong."""
         r = self.rng
-        word = r.choice([*COMMANDS, *COMMANDS, "GENERATE", "frobnicate", "gen", "generate_", "ok", "err"])
+        word = r.choice(
+            [*COMMANDS, *COMMANDS, "GENERATE", "frobnicate", "gen", "generate_", "ok", "err"]
+        )
         if word == "vocab":  # files it writes stay in the fuzz's own directory
             args = [r.choice(["table.msgpack", "sub/none/table.msgpack", "%2Fproc%2Fnope"])]
         elif word in ("generate", "restore", "compress"):
-            args = ([self.number()] if word == "restore" else []) + [self.ids(), r.choice(
-                ["1", "2", "3", self.number()])]
+            args = ([self.number()] if word == "restore" else []) + [
+                self.ids(),
+                r.choice(["1", "2", "3", self.number()]),
+            ]
         else:
             args = [self.value() for _ in range(r.randrange(0, 3))]
-        keys = ["temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen", "rep_window",
-                "seed", "stop", "ignore_eos", "grammar", "snap", "special", "add_bos", "path",
-                "lookahead", "chunk", "pool", "Temp", "x", "", "a-b", "9"]
+        keys = [
+            "temp",
+            "top_k",
+            "top_p",
+            "min_p",
+            "rep_pen",
+            "freq_pen",
+            "pres_pen",
+            "rep_window",
+            "seed",
+            "stop",
+            "ignore_eos",
+            "grammar",
+            "snap",
+            "special",
+            "add_bos",
+            "path",
+            "lookahead",
+            "chunk",
+            "pool",
+            "Temp",
+            "x",
+            "",
+            "a-b",
+            "9",
+        ]
         for _ in range(r.randrange(0, 5)):
             key = r.choice(keys)
             value = self.value()
             if key == "grammar" and r.random() < 0.3:
-                value = "text:" + r.choice(["root%20::=%20%22a%22", "root%20::=%20[0-9]", "root", "(((("])
+                value = "text:" + r.choice(
+                    ["root%20::=%20%22a%22", "root%20::=%20[0-9]", "root", "(((("]
+                )
             if key == "path":
                 value = r.choice(["stats.msgpack", "no/such/dir/stats.msgpack"])
             args.append(f"{key}={value}")
@@ -142,9 +178,18 @@ class LineFuzzer:
             data = full[: r.randrange(0, len(full) + 1)]
         elif kind < 0.85:  # huge numbers everywhere
             big = "9" * r.randrange(19, 400)
-            data = r.choice([f"generate {PROMPT} {big}", f"generate ids:{big} 1", f"restore {big} ids:1 1",
-                             f"snapshot {big}", f"generate {PROMPT} 1 seed={big}", f"detokenize ids:{big}",
-                             f"generate {PROMPT} 1 temp=1{big}.5", f"generate {PROMPT} 1 snap={big}:1"]).encode()
+            data = r.choice(
+                [
+                    f"generate {PROMPT} {big}",
+                    f"generate ids:{big} 1",
+                    f"restore {big} ids:1 1",
+                    f"snapshot {big}",
+                    f"generate {PROMPT} 1 seed={big}",
+                    f"detokenize ids:{big}",
+                    f"generate {PROMPT} 1 temp=1{big}.5",
+                    f"generate {PROMPT} 1 snap={big}:1",
+                ]
+            ).encode()
         elif kind < 0.88:  # oversized
             size = self.max_line + r.choice([1, 2, 100, 5000, 60000])
             head = r.choice([b"generate ", b"stats ", b"", b" ", b"tokenize text:"])
@@ -152,8 +197,19 @@ class LineFuzzer:
         elif kind < 0.93:  # blank or nearly
             data = r.choice([b"", b" ", b"     ", b"\r", b"  \r", b"\t", b" \x00 "])
         else:  # unicode and odd spacing
-            data = r.choice(["  stats  ", "stats\r", "generate\tids:1 1", "tokenize text:日本語", "détokenize",
-                             "list_slots ", " cancel", "tokenize text:%E6%97%A5", "stats\x00"]).encode()
+            data = r.choice(
+                [
+                    "  stats  ",
+                    "stats\r",
+                    "generate\tids:1 1",
+                    "tokenize text:日本語",
+                    "détokenize",
+                    "list_slots ",
+                    " cancel",
+                    "tokenize text:%E6%97%A5",
+                    "stats\x00",
+                ]
+            ).encode()
         if first_word(data.rstrip(b"\r")) in (b"quit", b"exit"):
             data += b" now"
         return data
@@ -194,7 +250,9 @@ def test_fuzz_lines_each_get_exactly_one_reply(
         else:
             counts["blank"] += 1
         assert daemon.stream_is_empty(wait=0), f"{context}: more on the stream than one -1"
-        assert daemon.proc.poll() is None, f"{context} killed the daemon:\n{daemon.stderr()[-3000:]}"
+        assert daemon.proc.poll() is None, (
+            f"{context} killed the daemon:\n{daemon.stderr()[-3000:]}"
+        )
     elapsed = time.monotonic() - started
     # Nothing extra is pending: the next command's reply is the next line.
     assert daemon.ok(daemon.command("list_slots"), "list_slots") is not None
@@ -231,7 +289,9 @@ def test_max_line_discards_the_whole_line_without_buffering_it(
     growth = psutil.Process(daemon.proc.pid).memory_info().rss - rss_before
     assert growth < 16 << 20, f"RSS grew by {growth >> 20} MiB"
     # A lower limit, and a line that ends at EOF.
-    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=64", "--max-line=100", ONE_THREAD)
+    daemon = spawn(
+        native.binary("qwen35"), test_models["qwen3"], "--n-ctx=64", "--max-line=100", ONE_THREAD
+    )
     daemon.ready()
     assert daemon.err(daemon.command("detokenize ids:" + "1," * 60 + "1")) == "line_too_long"
     assert daemon.command("detokenize ids:9707") == "ok detokenize text=Hello"
@@ -248,8 +308,8 @@ def test_unsupported_commands(spawn: Any, native: Any, test_models: dict[str, Pa
     assert values == [] and daemon.err(reply) == "unsupported"
     assert daemon.err(daemon.command("frobnicate")) == "unknown_command"
     assert daemon.stream_is_empty()
-    shard = spawn(native.binary("ds4_shard"), test_models["deepseek4"], f"--rpc-listen=127.0.0.1:{free_port()}",
-                  ONE_THREAD)  # fmt: skip
+    listen = f"--rpc-listen=127.0.0.1:{free_port()}"
+    shard = spawn(native.binary("ds4_shard"), test_models["deepseek4"], listen, ONE_THREAD)
     shard.ready()
     for command in ("generate ids:1 1", "tokenize text:a", "restore 0 ids:1 1"):
         values, reply = shard.stream_command(command)
@@ -262,7 +322,9 @@ def test_unsupported_commands(spawn: Any, native: Any, test_models: dict[str, Pa
 def test_context_and_input_errors_have_distinct_codes(
     spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path
 ) -> None:
-    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=64", "--slots=4", ONE_THREAD)
+    daemon = spawn(
+        native.binary("qwen35"), test_models["qwen3"], "--n-ctx=64", "--slots=4", ONE_THREAD
+    )
     n_ctx = int(daemon.ready()["n_ctx"])  # the engine may round it up
     odd = tmp_path / "odd.bin"
     odd.write_bytes(b"\x01\x00\x00\x00\x02")
@@ -285,7 +347,9 @@ def test_context_and_input_errors_have_distinct_codes(
     assert daemon.quit() == 0
 
 
-def test_eof_is_quit_even_mid_generation(spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+def test_eof_is_quit_even_mid_generation(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
     daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=256", ONE_THREAD)
     daemon.ready()
     assert daemon.proc.stdin is not None
@@ -368,18 +432,23 @@ def test_the_daemon_never_outlives_its_parent(native: Any, test_models: dict[str
 def test_no_fd_or_memory_leak_over_1000_cycles(
     spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path
 ) -> None:
-    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=128", "--chunk=4", ONE_THREAD)
+    daemon = spawn(
+        native.binary("qwen35"), test_models["qwen3"], "--n-ctx=128", "--chunk=4", ONE_THREAD
+    )
     daemon.ready()
     process = psutil.Process(daemon.proc.pid)
     prompt_file = tmp_path / "prompt.bin"
-    prompt_file.write_bytes(b"".join(i.to_bytes(4, "little") for i in (9707, 1879, 11, 419, 374, 264)))
+    prompt_file.write_bytes(
+        b"".join(i.to_bytes(4, "little") for i in (9707, 1879, 11, 419, 374, 264))
+    )
     long_prompt = PROMPT + ",419,374,264"
     assert daemon.proc.stdin is not None
 
     for slot in range(3):  # a cancelled generate may stop before its snap: start full
         daemon.stream_command(f"generate {long_prompt} 1 snap=4:{slot}")
 
-    grammar = " grammar=text:root%20::=%20[a-z]+"  # every tenth cycle: it costs a vocabulary pass per token
+    # every tenth cycle: it costs a vocabulary pass per token
+    grammar = " grammar=text:root%20::=%20[a-z]+"
 
     def cycle(i: int) -> None:
         # generate + cancel, restore (from a file, under a grammar), snapshot, free, an error

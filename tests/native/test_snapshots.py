@@ -24,7 +24,12 @@ def ids(tokens: list[int]) -> str:
 def qwen3(spawn_for_module: Any, native: Any, test_models: dict[str, Path]) -> Any:
     """A small daemon with --chunk=4 and 8 slots, shared by the module's quick tests."""
     daemon = spawn_for_module(
-        native.binary("qwen35"), test_models["qwen3"], "--n-ctx=256", "--chunk=4", "--slots=8", ONE_THREAD
+        native.binary("qwen35"),
+        test_models["qwen3"],
+        "--n-ctx=256",
+        "--chunk=4",
+        "--slots=8",
+        ONE_THREAD,
     )
     daemon.ready()
     return daemon
@@ -210,7 +215,9 @@ def test_exact_restore_on_the_test_models(
     model: str, spawn: Any, native: Any, test_models: dict[str, Path]
 ) -> None:
     # qwen35 is the hybrid: the snapshot carries its Gated DeltaNet recurrent state.
-    daemon = spawn(native.binary("qwen35"), test_models[model], "--n-ctx=512", "--chunk=16", ONE_THREAD)
+    daemon = spawn(
+        native.binary("qwen35"), test_models[model], "--n-ctx=512", "--chunk=16", ONE_THREAD
+    )
     daemon.ready()
     rng = random.Random(5)
     prompt = [rng.randrange(100, 150000) for _ in range(77)]
@@ -229,12 +236,16 @@ def test_exact_restore_on_the_default_model(spawn: Any, native: Any, default_mod
     assert daemon.quit() == 0
 
 
-def test_exact_restore_past_the_sliding_window(spawn: Any, native: Any, default_model: Path) -> None:
+def test_exact_restore_past_the_sliding_window(
+    spawn: Any, native: Any, default_model: Path
+) -> None:
     """gemma3's local layers see 512 positions. A snapshot at 600 leaves out the cells
     that slid out of that window, so restored cells sit at other indices than in the run
     it came from; the prefill's re-layout at aligned positions keeps the runs identical.
     Without it this very case (seed 9) restores to other tokens: one seed in ten does."""
-    daemon = spawn(native.binary("qwen35"), default_model, "--n-ctx=1024", "--chunk=100", ONE_THREAD)
+    daemon = spawn(
+        native.binary("qwen35"), default_model, "--n-ctx=1024", "--chunk=100", ONE_THREAD
+    )
     daemon.ready()
     rng = random.Random(9)
     whole = ids([2] + [rng.randrange(100, 20100) for _ in range(699)])

@@ -43,7 +43,9 @@ def test_stdout_carries_only_protocol_lines(
     spawn: Any, native: NativeBuild, default_model: Path
 ) -> None:
     # LUCERNA_LOG=info turns on the whole engine log: all of it must land on stderr.
-    daemon = spawn(native.binary("qwen35"), default_model, "--threads=1", env={"LUCERNA_LOG": "info"})
+    daemon = spawn(
+        native.binary("qwen35"), default_model, "--threads=1", env={"LUCERNA_LOG": "info"}
+    )
     daemon.ready()
     daemon.stream_command("generate ids:2,9259,1902 4")
     daemon.stream_command("tokenize text:Hello")
@@ -183,7 +185,7 @@ def test_stats_fields_and_msgpack(
     path = tmp_path / "stats.msgpack"
     reply = daemon.command(f"stats path={path}")
     fields = daemon.ok(reply, "stats")
-    assert list(fields)[0] == "path" and fields["path"] == str(path)
+    assert next(iter(fields)) == "path" and fields["path"] == str(path)
     table = msgpack.unpackb(path.read_bytes())
     assert list(table)[: len(STATS_KEYS)] == STATS_KEYS
     assert set(table) == set(fields) - {"path"}

@@ -1,6 +1,6 @@
 // The daemon command line (PROTOCOL.md section 1):
 //   lucerna-<role> <model.gguf> [--stream-fd=N] [--n-ctx=N] [--threads=N]
-//                  [--n-gpu-layers=N] [--seed=N]
+//                  [--n-gpu-layers=N] [--seed=N] [--draft=<draft.gguf>] ...
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,25 @@ struct DaemonOptions {
     int32_t n_slots = 64;          // snapshot slots 0 .. n_slots-1
     int64_t max_line = 1 << 20;    // longest command line in bytes (line_too_long beyond)
     PlacementOptions placement;  // --rpc, --override-tensor, --experts-in-host, --rpc-listen
+
+    // The engine's attention numerics: --flash-attn=auto|on|off (auto: the engine
+    // decides) and --kv-type=f16|f32|bf16|q8_0 for the K and V cache. On CPU a batched
+    // decode and a single-token one round differently with flash attention or an F16
+    // cache; speculative decoding's exactness tests turn both off (PROTOCOL.md 5.9).
+    int32_t flash_attn = -1;  // llama_flash_attn_type: -1 auto, 0 off, 1 on
+    std::string kv_type = "f16";
+
+    // Speculative decoding (qwen35 role, PROTOCOL.md 5.9).
+    std::string draft_path;        // --draft: DFlash draft GGUF; empty: none
+    // --draft-block-size: tokens per verify step (the last committed token plus
+    // block - 1 proposals). 0 on the command line means "the draft's dflash.block_size";
+    // the daemon resolves it before loading anything (resolve_block_size), so from then
+    // on it is the block every speculative step uses.
+    int32_t draft_block_size = 0;
+    std::string oracle_path;       // --draft-oracle: benchmark-only transcript proposer
+    double oracle_accept = 0.0;    // --oracle-accept: mean acceptance length it aims at; 0: block
+
+    bool speculative() const { return !draft_path.empty() || !oracle_path.empty(); }
 };
 
 // Accepts --name=value and --name value. Throws ProtocolError(bad_flag) for an

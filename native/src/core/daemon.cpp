@@ -22,6 +22,7 @@
 #include "core/rpc_server.h"
 #include "core/session.h"
 #include "core/signals.h"
+#include "core/speculative.h"
 #include "core/wire.h"
 
 #ifndef LUCERNA_ENGINE_NAME
@@ -74,13 +75,48 @@ int take_protocol_fd() {
     return fd;
 }
 
+// Speculative decoding is the qwen35 role's (PROTOCOL.md 5.9). Resolves the block size
+// (the draft's dflash.block_size unless --draft-block-size says otherwise; 16 for the
+// oracle alone) and the oracle's target, so that everything after startup can rely on
+// opts.draft_block_size. Throws bad_flag, or what reading the draft's header throws.
+void resolve_speculation(Role role, const std::string & arch, DaemonOptions & opts) {
+    if (!opts.speculative()) {
+        return;
+    }
+    if (role != Role::kQwen35) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft and --draft-oracle are served by the qwen35 role");
+    }
+    static const char * const kDraftTargets[] = {"qwen35", "qwen35moe", "qwen3", "llama"};
+    if (!opts.draft_path.empty() &&
+        std::find(std::begin(kDraftTargets), std::end(kDraftTargets), arch) == std::end(kDraftTargets)) {
+        // The draft reads target layer inputs, which these architectures capture.
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft needs a qwen35, qwen35moe, qwen3 or llama target; " +
+                                                     opts.model_path + " is " + arch);
+    }
+    if (opts.draft_block_size == 0) {
+        opts.draft_block_size = opts.draft_path.empty() ? 16 : DflashDraft::read_block_size(opts.draft_path);
+    }
+    if (opts.draft_block_size < 2) {
+        throw ProtocolError(ErrorCode::kBadFlag, "the draft's block size " + std::to_string(opts.draft_block_size) +
+                                                     " proposes nothing; pass --draft-block-size=N (N >= 2)");
+    }
+    if (opts.oracle_accept == 0.0) {
+        opts.oracle_accept = opts.draft_block_size;  // uncorrupted: every proposal right
+    }
+    if (opts.oracle_accept > opts.draft_block_size) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--oracle-accept=" + std::to_string(opts.oracle_accept) +
+                                                     " is more than the block commits (" +
+                                                     std::to_string(opts.draft_block_size) + ")");
+    }
+}
+
 int fail_startup(LineWriter & out, const ProtocolError & error) {
     out.write_line(err_line(error.code(), error.what()));
     log_line("%s: %s", error_code_name(error.code()), error.what());
     return startup_exit_code(error.code());
 }
 
-std::string ready_line(const RoleInfo & role, const LoadedModel & engine) {
+std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const Speculator & spec) {
     const llama_vocab * vocab = engine.vocab;
     std::string caps;
     for (const auto & c : capabilities(role)) {
@@ -106,6 +142,10 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine) {
     add("engine", LUCERNA_ENGINE_NAME);
     add("version", LUCERNA_VERSION);
     add("capabilities", caps);
+    if (spec.configured()) {
+        add("spec", spec.kind());
+        add("draft_block", std::to_string(spec.block_size()));
+    }
     return line;
 }
 
@@ -243,14 +283,21 @@ int run_daemon(Role role, int argc, char ** argv) {
             throw ProtocolError(ErrorCode::kWrongArch, std::string(info.binary) + " serves " + joined_archs(info) +
                                                            "; " + opts.model_path + " is " + arch);
         }
+        resolve_speculation(role, arch, opts);
     } catch (const ProtocolError & error) {
         return fail_startup(out, error);
     }
 
     BackendGuard backend;
     LoadedModel engine;
+    // After the engine: the draft's context must go before the target's (its ctx_other).
+    std::unique_ptr<Speculator> spec;
     try {
         engine = load_model(opts, arch, /*with_context =*/info.generates);
+        spec = std::make_unique<Speculator>(opts, engine.n_vocab);
+        if (engine.context) {
+            spec->attach(engine.context.get());
+        }
     } catch (const ProtocolError & error) {
         return fail_startup(out, error);
     }
@@ -268,7 +315,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     // finishing with its -1 and reply) instead of the process; while loading they keep
     // their default action, which is the prompt exit a supervisor wants then.
     ShutdownSignals signals;
-    if (!out.write_line(ready_line(info, engine) + (rpc ? rpc->ready_fields() : ""))) {
+    if (!out.write_line(ready_line(info, engine, *spec) + (rpc ? rpc->ready_fields() : ""))) {
         return 0;  // nobody is listening
     }
     log_line("ready: %s (%s, %s, n_ctx=%d)", opts.model_path.c_str(), arch.c_str(), engine.backend.c_str(),
@@ -276,7 +323,7 @@ int run_daemon(Role role, int argc, char ** argv) {
 
     TokenStream stream(opts.stream_fd);
     CancelState cancel;
-    Session session(info, opts, engine, stream, cancel);
+    Session session(info, opts, engine, stream, cancel, *spec);
     Dispatcher dispatcher(session);
     CommandQueue queue(STDIN_FILENO, cancel, static_cast<size_t>(opts.max_line), signals.fd());
     while (true) {

@@ -50,6 +50,13 @@ std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
 
 }  // namespace
 
+ggml_type kv_cache_type(const std::string & name) {
+    if (name == "f32") return GGML_TYPE_F32;
+    if (name == "bf16") return GGML_TYPE_BF16;
+    if (name == "q8_0") return GGML_TYPE_Q8_0;
+    return GGML_TYPE_F16;
+}
+
 BackendGuard::BackendGuard() { llama_backend_init(); }
 
 BackendGuard::~BackendGuard() { llama_backend_free(); }
@@ -113,8 +120,22 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
         // re-split our chunks, or a restored run would no longer see the batches an
         // uninterrupted run saw (PROTOCOL.md 5.5, measured: logits depend on the split).
         cparams.n_batch = static_cast<uint32_t>(std::min(loaded.n_ctx, opts.chunk));
+        if (opts.speculative()) {
+            // A verify step decodes one block (the last token plus block - 1 proposals)
+            // and may have to roll all but its first token back. The recurrent state
+            // (Gated DeltaNet, conv) keeps one copy per position of the block for that
+            // (n_rs_seq), and the engine only keeps those copies when the block is one
+            // micro-batch with room to spare (llama_batch_allocr::split_equal asserts
+            // n_ubatch > n_rs_seq + 1). Prefill still splits at --chunk itself
+            // (generate.cpp), so a bigger engine batch changes no prefill batch.
+            cparams.n_rs_seq = static_cast<uint32_t>(opts.draft_block_size - 1);
+            cparams.n_batch = std::max(cparams.n_batch, static_cast<uint32_t>(opts.draft_block_size + 1));
+        }
         cparams.n_ubatch = cparams.n_batch;
         cparams.n_seq_max = 1;
+        cparams.flash_attn_type = static_cast<llama_flash_attn_type>(opts.flash_attn);
+        cparams.type_k = kv_cache_type(opts.kv_type);
+        cparams.type_v = cparams.type_k;
         cparams.n_threads = opts.n_threads;
         cparams.n_threads_batch = opts.n_threads;
         cparams.no_perf = true;
@@ -124,6 +145,14 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
                                                                std::to_string(loaded.n_ctx));
         }
         loaded.n_ctx = static_cast<int32_t>(llama_n_ctx(loaded.context.get()));
+        const llama_model * model = loaded.model.get();
+        if (opts.speculative() && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)) &&
+            llama_n_rs_seq(loaded.context.get()) + 1 < static_cast<uint32_t>(opts.draft_block_size)) {
+            // Only the KV cache could be rolled back; the recurrent state cannot.
+            throw ProtocolError(ErrorCode::kContextFailed,
+                                "the engine cannot roll back the recurrent state of " + arch +
+                                    " by a draft block; speculative decoding is not available for it");
+        }
     }
     return loaded;
 }

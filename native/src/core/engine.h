@@ -55,6 +55,9 @@ struct LoadedModel {
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
 };
 
+// The cache type named by --kv-type (f16, f32, bf16, q8_0).
+ggml_type kv_cache_type(const std::string & name);
+
 // Loads the GGUF (architecture already checked) and, if `with_context`, creates the
 // single-sequence context. Without a context (the ds4 shard) only the vocabulary and
 // hyperparameters are read: the shard's device is filled over RPC by its target.

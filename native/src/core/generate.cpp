@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/commands.h"
+#include "core/emit.h"
 #include "core/grammar.h"
 #include "core/token_refs.h"
 
@@ -28,18 +29,6 @@ namespace {
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
     "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S]";
-
-enum class Finish { kEog, kLength, kStop, kCancelled };
-
-const char * finish_name(Finish finish) {
-    switch (finish) {
-        case Finish::kEog: return "eog";
-        case Finish::kLength: return "length";
-        case Finish::kStop: return "stop";
-        case Finish::kCancelled: return "cancelled";
-    }
-    return "length";
-}
 
 float parse_unit(const char * key, const std::string & value) {
     const double v = parse_float(key, value);
@@ -162,6 +151,8 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     LoadedModel & engine = session.engine;
     llama_context * ctx = engine.context.get();
     LiveSequence & live = session.live;
+    Speculator & spec = session.spec;
+    DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
     const auto n_prompt = static_cast<int32_t>(req.prompt.size());
     const auto n_reused = from ? static_cast<int32_t>(from->tokens.size()) : 0;
     if (req.snap_pos != 0 && req.snap_pos < n_reused) {
@@ -174,24 +165,30 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
 
     ++session.stats.requests;
     auto cancelled = [&] { return session.cancel.cancelled(generate_seq); };
+    TokenEmitter emitter(session, req, cancelled);
+    SpecCounters spec_counters;
+    const bool speculative = spec.active();
 
-    int32_t n_out = 0;
-    Finish finish = Finish::kLength;
     bool snapped = false;
     const auto t_prefill = std::chrono::steady_clock::now();
     double prefill_ms = 0.0;
-    const auto n_chunk = static_cast<int64_t>(std::max<uint32_t>(llama_n_batch(ctx), 1));
-    Batch batch(static_cast<int32_t>(n_chunk));
+    // Prefill chunks are --chunk tokens (the engine batch may be larger: a speculative
+    // daemon sizes it for a verify block, core/engine.cpp).
+    const auto n_chunk = static_cast<int64_t>(std::max(1, std::min(session.opts.chunk, engine.n_ctx)));
+    Batch batch(static_cast<int32_t>(std::max<int64_t>(n_chunk, spec.block_size())));
     auto snapshot_here = [&] {
-        session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab));
+        session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, draft));
         snapped = true;
     };
     try {
         if (from) {
-            load_snapshot(ctx, *from, live);  // `from` may be replaced by snapshot_here below
+            load_snapshot(ctx, *from, live, draft);  // `from` may be replaced by snapshot_here below
         } else {
             llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
             live.clear();
+            if (draft != nullptr) {
+                draft->clear();
+            }
         }
         if (req.snap_pos != 0 && req.snap_pos == n_reused) {
             snapshot_here();
@@ -210,6 +207,12 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             }
             decode_or_throw(ctx, batch, "prefill");
             live.decoded(req.prompt.data() + pos, static_cast<size_t>(end - pos));
+            if (draft != nullptr) {
+                // The draft sees every prompt position's target features before it drafts.
+                const auto t_ingest = std::chrono::steady_clock::now();
+                draft->ingest(ctx, 0, end - pos, pos);
+                spec_counters.draft_ms += elapsed_ms(t_ingest);
+            }
             session.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
             pos = end;
             if (pos % n_chunk == 0) {
@@ -220,40 +223,23 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             }
         }
         picker.accept_prompt(req.prompt);
+        if (speculative && spec.oracle() != nullptr) {
+            spec.oracle()->begin(req.prompt);
+        }
         prefill_ms = elapsed_ms(t_prefill);
 
         const auto t_decode = std::chrono::steady_clock::now();
         if (cancelled()) {
-            finish = Finish::kCancelled;
+            emitter.cancel();
+        } else if (speculative) {
+            decode_speculative(session, picker, emitter, batch, spec_counters);
         } else {
             while (true) {
                 const std::optional<llama_token> picked = picker.pick(live.last_logits(ctx));
-                if (!picked) {
-                    finish = Finish::kStop;  // the grammar is complete
+                if (!emitter.emit(picked)) {
                     break;
                 }
                 const llama_token token = *picked;
-                if (!req.ignore_eos && llama_vocab_is_eog(engine.vocab, token)) {
-                    finish = Finish::kEog;
-                    break;
-                }
-                if (!session.stream.write(token)) {
-                    throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
-                }
-                ++n_out;
-                ++session.stats.tokens_generated;
-                if (std::find(req.stop.begin(), req.stop.end(), token) != req.stop.end()) {
-                    finish = Finish::kStop;
-                    break;
-                }
-                if (n_out >= req.n_gen) {
-                    finish = Finish::kLength;
-                    break;
-                }
-                if (cancelled()) {
-                    finish = Finish::kCancelled;
-                    break;
-                }
                 batch.clear();
                 batch.add(token, live.size(), /*want_logits =*/true);
                 decode_or_throw(ctx, batch, "decode");
@@ -261,27 +247,38 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             }
         }
         const double decode_ms = elapsed_ms(t_decode);
+        const Finish finish = emitter.finish();
         if (finish == Finish::kCancelled) {
             ++session.stats.cancelled;
         }
         session.stats.last_prefill_tok_s = tokens_per_second(static_cast<uint64_t>(n_prompt - n_reused), prefill_ms);
-        session.stats.last_decode_tok_s = tokens_per_second(static_cast<uint64_t>(n_out), decode_ms);
+        session.stats.last_decode_tok_s = tokens_per_second(static_cast<uint64_t>(emitter.n_out()), decode_ms);
+        spec.totals.add(spec_counters);
 
         OkReply reply(command);
         reply.add("n_prompt", n_prompt);
         if (from) {
             reply.add("n_reused", n_reused);
         }
-        reply.add("n_gen", n_out).add("finish", finish_name(finish)).add_ms("prefill_ms", prefill_ms).add_ms(
+        reply.add("n_gen", emitter.n_out()).add("finish", finish_name(finish)).add_ms("prefill_ms", prefill_ms).add_ms(
             "decode_ms", decode_ms);
         if (snapped) {
             reply.add("snap_slot", req.snap_slot).add("snap_pos", req.snap_pos);
+        }
+        if (speculative) {
+            reply.add("draft_steps", spec_counters.steps)
+                .add("draft_proposed", spec_counters.proposed)
+                .add("draft_accepted", spec_counters.accepted)
+                .add_ms("draft_ms", spec_counters.draft_ms);
         }
         return reply.line();
     } catch (...) {
         // A failed decode leaves the context in a state we no longer know: start over.
         llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
         live.clear();
+        if (draft != nullptr) {
+            draft->clear();
+        }
         throw;
     }
 }

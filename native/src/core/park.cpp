@@ -4,8 +4,14 @@
 // (llama_model_params.vocab_only): tokenize, detokenize and vocab keep answering from
 // it, while freeing the full model unmaps the file (CPU) or frees device memory (GPU).
 // Unparking loads the model and a fresh context exactly as startup did (load_model with
-// the same options), so generation afterwards is the same as before the park. There is
-// no draft model yet: draft=absent, and parking it is a no-op.
+// the same options), so generation afterwards is the same as before the park.
+//
+// The DFlash draft (PROTOCOL.md 5.9) parks on its own: `park draft` frees its weights and
+// context, and generation goes on autoregressively (or with the oracle alone) with the
+// same tokens. Its context reads the target's embeddings and head through the target's
+// context, so it goes whenever the target's context goes and is recreated over the new
+// one on `unpark target`; its weights stay loaded (draft=ready) while only the target is
+// parked. Without a draft, draft=absent and parking it is a no-op.
 #include "core/park.h"
 
 #if defined(__GLIBC__)
@@ -41,7 +47,7 @@ Which parse_which(const CommandLine & cmd, const char * usage) {
 std::string reply(const char * command, const Session & session) {
     return OkReply(command)
         .add("target", session.parked ? "parked" : "ready")
-        .add("draft", "absent")
+        .add("draft", session.spec.draft_state())
         .add("rss_kb", resident_set_kb())
         .line();
 }
@@ -50,8 +56,10 @@ void park_target(Session & session) {
     LoadedModel & engine = session.engine;
     // Load the tokenizer first: if that fails, nothing has changed yet.
     LoadedModel vocab_only = load_model(session.opts, engine.arch, /*with_context =*/false);
-    // Context before model before placement: the order LoadedModel's members are
+    // The draft's context points at the target's (ctx_other): it goes first. Then
+    // context before model before placement: the order LoadedModel's members are
     // destroyed in, which the engine's pointers into each other require.
+    session.spec.detach();
     engine.context.reset();
     engine.model.reset();
     engine.placement.reset();
@@ -75,6 +83,7 @@ void unpark_target(Session & session) {
     engine = std::move(loaded);
     session.live.clear();
     session.parked = false;
+    session.spec.attach(engine.context.get());
 }
 
 }  // namespace
@@ -85,6 +94,12 @@ bool needs_weights(const std::string & command) {
 
 std::string handle_park(Session & session, const CommandLine & cmd) {
     const Which which = parse_which(cmd, "park [target|draft|all]");
+    if (which != Which::kTarget) {
+        session.spec.park_draft();
+#if defined(__GLIBC__)
+        malloc_trim(0);
+#endif
+    }
     if (which != Which::kDraft && !session.parked) {
         park_target(session);
     }
@@ -95,6 +110,10 @@ std::string handle_unpark(Session & session, const CommandLine & cmd) {
     const Which which = parse_which(cmd, "unpark [target|draft|all]");
     if (which != Which::kDraft && session.parked) {
         unpark_target(session);
+    }
+    if (which != Which::kTarget) {
+        // Attached at once when the target is ready, else when it is unparked.
+        session.spec.unpark_draft(session.parked ? nullptr : session.engine.context.get(), !session.live.empty());
     }
     return reply("unpark", session);
 }

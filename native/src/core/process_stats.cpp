@@ -59,6 +59,13 @@ std::vector<StatField> stat_fields(const Session & session) {
         r("last_prefill_tok_s", st.last_prefill_tok_s),
         r("last_decode_tok_s", st.last_decode_tok_s),
         i("model_bytes", static_cast<int64_t>(session.model_bytes)),
+        // Speculative decoding (PROTOCOL.md 5.9); zeros when the daemon does not speculate.
+        i("draft_steps", static_cast<int64_t>(session.spec.totals.steps)),
+        i("draft_proposed", static_cast<int64_t>(session.spec.totals.proposed)),
+        i("draft_accepted", static_cast<int64_t>(session.spec.totals.accepted)),
+        r("acceptance_length", session.spec.totals.acceptance_length()),
+        r("draft_ms", session.spec.totals.draft_ms),
+        i("draft_model_bytes", static_cast<int64_t>(session.spec.draft_model_bytes())),
     };
     // Where the weights live: bytes_host, bytes_device, buft_<name>_bytes (core/placement.h).
     for (const auto & [key, bytes] : weight_stats_fields(session.engine.context.get())) {

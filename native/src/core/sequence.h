@@ -17,11 +17,13 @@ public:
     bool empty() const { return tokens_.empty(); }
     int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
 
-    // A decode of `n` tokens ran and output the logits of its last one, so the context
-    // now holds the current logits.
-    void decoded(const int32_t * tokens, size_t n) {
+    // A decode of `n` tokens ran and they stay in the context; the current logits are
+    // the engine's output row `logits_row` (-1: the decode's last output). A speculative
+    // step keeps fewer rows than it decoded, so its current logits are an earlier row.
+    void decoded(const int32_t * tokens, size_t n, int32_t logits_row = -1) {
         tokens_.insert(tokens_.end(), tokens, tokens + n);
         restored_logits_.clear();
+        logits_row_ = logits_row;
     }
 
     // A snapshot was loaded: the context holds its state, but the engine's logits buffer
@@ -43,12 +45,13 @@ public:
         if (tokens_.empty()) {
             return nullptr;
         }
-        return restored_logits_.empty() ? llama_get_logits_ith(ctx, -1) : restored_logits_.data();
+        return restored_logits_.empty() ? llama_get_logits_ith(ctx, logits_row_) : restored_logits_.data();
     }
 
 private:
     std::vector<int32_t> tokens_;
     std::vector<float> restored_logits_;  // empty: the logits are the context's
+    int32_t logits_row_ = -1;
 };
 
 }  // namespace lucerna

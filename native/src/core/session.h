@@ -11,6 +11,7 @@
 #include "core/roles.h"
 #include "core/sequence.h"
 #include "core/snapshots.h"
+#include "core/speculative.h"
 #include "core/stream.h"
 
 namespace lucerna {
@@ -30,6 +31,7 @@ struct Session {
     LoadedModel & engine;
     TokenStream & stream;
     CancelState & cancel;
+    Speculator & spec;  // the draft and the oracle; neither when not speculating
     Stats stats;
     SnapshotStore snapshots;
     LiveSequence live;
@@ -38,12 +40,13 @@ struct Session {
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
     Session(const RoleInfo & role_, const DaemonOptions & opts_, LoadedModel & engine_, TokenStream & stream_,
-            CancelState & cancel_)
+            CancelState & cancel_, Speculator & spec_)
         : role(role_),
           opts(opts_),
           engine(engine_),
           stream(stream_),
           cancel(cancel_),
+          spec(spec_),
           snapshots(opts_.n_slots),
           model_bytes(engine_.model ? llama_model_size(engine_.model.get()) : 0) {}
 };

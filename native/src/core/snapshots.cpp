@@ -12,6 +12,7 @@
 #include "core/commands.h"
 #include "core/errors.h"
 #include "core/generate.h"
+#include "core/log.h"
 
 namespace lucerna {
 namespace {
@@ -73,7 +74,8 @@ std::string SnapshotStore::listing() const {
     return out;
 }
 
-std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequence & live, int32_t n_vocab) {
+std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequence & live, int32_t n_vocab,
+                                           const DflashDraft * draft) {
     if (live.empty()) {
         throw ProtocolError(ErrorCode::kEmptySequence, "nothing has been decoded yet; run generate first");
     }
@@ -87,13 +89,16 @@ std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequen
         snapshot->tokens = live.tokens();
         const float * logits = live.last_logits(ctx);
         snapshot->logits.assign(logits, logits + n_vocab);
+        if (draft != nullptr && draft->attached()) {
+            snapshot->draft_state = draft->save_state();
+        }
         return snapshot;
     } catch (const std::bad_alloc &) {
         throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory for the snapshot");
     }
 }
 
-void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live) {
+void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live, DflashDraft * draft) {
     // From an empty cache the cells land where an uninterrupted run put them (cell i holds
     // position i), which is part of what makes a restored run bit-identical.
     llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
@@ -103,6 +108,9 @@ void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence 
         throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load the sequence state");
     }
     live.restored(snapshot.tokens, snapshot.logits);
+    if (draft != nullptr && draft->attached() && !draft->load_state(snapshot.draft_state)) {
+        log_line("restore: the snapshot holds no draft state; the draft starts from the restored position");
+    }
 }
 
 void canonicalize_window_cells(llama_context * ctx) {
@@ -130,7 +138,8 @@ std::string handle_snapshot(Session & session, const CommandLine & cmd) {
     cmd.expect_positional(1, "snapshot <slot>");
     cmd.check_options({}, "snapshot <slot>");
     const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
-    auto snapshot = capture_snapshot(session.engine.context.get(), session.live, session.engine.n_vocab);
+    auto snapshot =
+        capture_snapshot(session.engine.context.get(), session.live, session.engine.n_vocab, session.spec.draft());
     const auto n_tokens = static_cast<int64_t>(snapshot->tokens.size());
     const uint64_t bytes = snapshot->bytes();
     session.snapshots.put(slot, std::move(snapshot));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/draft.h"
 #include "core/sequence.h"
 #include "llama.h"
 
@@ -18,9 +19,12 @@ struct Snapshot {
     std::vector<uint8_t> state;   // llama_state_seq_get_data of sequence 0
     std::vector<int32_t> tokens;  // the tokens `state` covers, in position order
     std::vector<float> logits;    // logits of the last of them (n_vocab floats)
+    // The DFlash draft's KV cache over the same positions (PROTOCOL.md 5.9); empty when
+    // no draft was attached and complete when the snapshot was taken.
+    std::vector<uint8_t> draft_state;
 
     uint64_t bytes() const {
-        return state.size() + tokens.size() * sizeof(int32_t) + logits.size() * sizeof(float);
+        return state.size() + tokens.size() * sizeof(int32_t) + logits.size() * sizeof(float) + draft_state.size();
     }
 };
 
@@ -53,7 +57,9 @@ private:
 
 // Copies the live sequence out of `ctx`. Throws empty_sequence when nothing was decoded,
 // snapshot_failed when the engine cannot serialize it (or the host is out of memory).
-std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequence & live, int32_t n_vocab);
+// With an attached `draft`, its state is copied too.
+std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequence & live, int32_t n_vocab,
+                                           const DflashDraft * draft);
 
 // For models with sliding-window attention: re-lays the window cache's cells the way
 // load_snapshot would lay them out, by saving and reloading that part of the sequence.
@@ -66,7 +72,9 @@ std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequen
 void canonicalize_window_cells(llama_context * ctx);
 
 // Replaces the context's sequence with `snapshot`. Throws snapshot_failed (the context
-// is then empty and `live` cleared).
-void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live);
+// is then empty and `live` cleared). An attached `draft` takes the snapshot's draft
+// state, or, when it has none, starts empty and incomplete: it then drafts from what is
+// decoded after the restore only, which lowers acceptance and changes no token.
+void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live, DflashDraft * draft);
 
 }  // namespace lucerna

@@ -1,7 +1,12 @@
 // lucerna-mkmodels: writes the small random-weight test GGUFs the test suite runs on.
 //
 //   lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]
+//   lucerna-mkmodels --shape qwen36-27b|dflash-27b --out DIR [--layers N] [--ftype T]
+//                    [--threads N] [--seed N]
 //   lucerna-mkmodels --list | --version
+//
+// --shape writes one full-size benchmark model (mkmodels/bench_shapes.h) instead of the
+// test models, quantized as it is written.
 //
 // Progress and engine logs go to stderr. With --verify, each written file is loaded
 // back from disk and (for generating models) greedily decoded in a real llama_context;
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "llama.h"
+#include "mkmodels/bench_shapes.h"
 #include "mkmodels/model_specs.h"
 #include "mkmodels/model_writer.h"
 
@@ -34,12 +40,15 @@ struct Options {
     std::vector<std::string> only;
     bool verify = false;
     bool verbose = false;
+    lucerna::mkmodels::ShapeOptions shape;  // shape.shape non-empty: --shape mode
 };
 
 void usage(FILE * to) {
     std::fprintf(to,
                  "usage: lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]\n"
                  "                        [--vocab-dir DIR]\n"
+                 "       lucerna-mkmodels --shape qwen36-27b|dflash-27b --out DIR [--layers N] [--ftype T]\n"
+                 "                        [--threads N] [--seed N]\n"
                  "       lucerna-mkmodels --list | --version\n");
 }
 
@@ -111,6 +120,22 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
         } else if (arg == "--only") {
             if (!need_value()) return exit_code = 2, false;
             opts.only = split_commas(value);
+        } else if (arg == "--shape") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.shape.shape = value;
+        } else if (arg == "--ftype") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.shape.ftype = value;
+        } else if (arg == "--layers" || arg == "--threads") {
+            if (!need_value()) return exit_code = 2, false;
+            char * end = nullptr;
+            const long parsed = std::strtol(value.c_str(), &end, 10);
+            if (value.empty() || *end != '\0' || parsed < 1 || parsed > 4096) {
+                std::fprintf(stderr, "lucerna-mkmodels: %s wants a positive integer, not '%s'\n", arg.c_str(),
+                             value.c_str());
+                return exit_code = 2, false;
+            }
+            (arg == "--layers" ? opts.shape.target_layers : opts.shape.threads) = static_cast<int32_t>(parsed);
         } else if (arg == "--verify") {
             opts.verify = true;
         } else if (arg == "--verbose") {
@@ -118,6 +143,9 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
         } else if (arg == "--list") {
             for (const auto & spec : lucerna::mkmodels::model_specs()) {
                 std::printf("%s\t%s\n", spec.name.c_str(), spec.description.c_str());
+            }
+            for (const auto & [name, description] : lucerna::mkmodels::bench_shapes()) {
+                std::printf("--shape %s\t%s\n", name.c_str(), description.c_str());
             }
             return exit_code = 0, false;
         } else if (arg == "--version") {
@@ -152,9 +180,24 @@ int main(int argc, char ** argv) {
     llama_log_set(log_to_stderr, nullptr);
     llama_backend_init();
 
+    if (!opts.shape.shape.empty()) {
+        opts.shape.out_dir = opts.out_dir;
+        opts.shape.vocab_dir = opts.vocab_dir;
+        opts.shape.seed = opts.seed;
+        int status = 0;
+        try {
+            lucerna::mkmodels::write_bench_shape(opts.shape);
+        } catch (const std::exception & err) {
+            std::fprintf(stderr, "mkmodels: --shape %s failed: %s\n", opts.shape.shape.c_str(), err.what());
+            status = 1;
+        }
+        llama_backend_free();
+        return status;
+    }
+
     std::vector<ModelSpec> selected;
     for (const auto & spec : lucerna::mkmodels::model_specs()) {
-        bool wanted = opts.only.empty();
+        bool wanted = opts.only.empty() && !spec.on_request;
         for (const auto & name : opts.only) {
             wanted = wanted || name == spec.name;
         }

@@ -181,6 +181,12 @@ const std::vector<Recipe> & recipes() {
         out.push_back(recipe("qwen35", "Qwen3.5 hybrid DeltaNet/attention, real Qwen vocabulary",
                              "ggml-vocab-qwen35.gguf", LLM_ARCH_QWEN35, qwen35_kvs));
 
+        Recipe qwen35_f32 = recipe("qwen35f32", "qwen35 with F32 weights, for exact speculative-decoding tests",
+                                   "ggml-vocab-qwen35.gguf", LLM_ARCH_QWEN35, qwen35_kvs);
+        qwen35_f32.spec.f32_weights = true;
+        qwen35_f32.spec.on_request = true;
+        out.push_back(qwen35_f32);
+
         Recipe qwen3 = recipe("qwen3", "Qwen3 dense, real Qwen vocabulary, tied embeddings", "ggml-vocab-qwen35.gguf",
                               LLM_ARCH_QWEN3, qwen3_kvs);
         qwen3.spec.omit_tensors = {"output.weight"};

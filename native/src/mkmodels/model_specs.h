@@ -21,6 +21,14 @@ struct ModelSpec {
     std::vector<std::string> omit_tensors;  // tensors we leave out of the file (tied/shared)
     bool generates = true;      // false: the model cannot run on its own (the DFlash draft)
     std::string draft_target;   // for drafts: the spec name of the target model they run with
+    // Every tensor F32, matmul weights included. The engine's CPU kernels round a batched
+    // and a single-token matmul of F16 weights differently (activations converted to F16
+    // on one path, not the other: ~1e-3 on the logits), so a test that compares a
+    // speculative verify batch token for token with autoregressive decoding needs F32.
+    bool f32_weights = false;
+    // Written only when named with --only: not part of the default set the test suite
+    // caches (daemons/testmodels.py), for tests that build it themselves.
+    bool on_request = false;
 };
 
 const std::vector<ModelSpec> & model_specs();

@@ -76,7 +76,9 @@ WriteResult write_model(const ModelSpec & spec, const std::string & vocab_dir, c
     {
         // First pass without weights: learn which tensors the engine creates.
         const llama_model_ptr probe = init_model(meta.get(), seed, /*no_alloc =*/true);
-        declare_f16_tensors(meta.get(), *probe);
+        if (!spec.f32_weights) {
+            declare_f16_tensors(meta.get(), *probe);
+        }
     }
     const llama_model_ptr model = init_model(meta.get(), seed, /*no_alloc =*/false);
 

@@ -1,0 +1,48 @@
+// What happens to each token a generation picks (PROTOCOL.md 5.1), shared by the
+// autoregressive loop and the speculative one (core/speculative.h), so both stop on the
+// same rules in the same order: grammar complete, end of generation, stop ids, n_gen,
+// cancel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "core/session.h"
+#include "llama.h"
+
+namespace lucerna {
+
+struct GenerateRequest;
+
+enum class Finish { kNone, kEog, kLength, kStop, kCancelled };
+
+const char * finish_name(Finish finish);
+
+class TokenEmitter {
+public:
+    TokenEmitter(Session & session, const GenerateRequest & req, std::function<bool()> cancelled);
+
+    // Takes the picker's choice (nullopt: the grammar is complete). Writes it to the
+    // stream unless it ends the generation unwritten (EOG, complete grammar). Returns
+    // true while generation goes on; then finish() says why it stopped. Throws io_failed.
+    bool emit(std::optional<llama_token> picked);
+
+    // Ends the generation before any pick (a cancel that came during prefill).
+    void cancel() { finish_ = Finish::kCancelled; }
+    bool cancelled() const { return cancelled_(); }
+
+    Finish finish() const { return finish_; }
+    int32_t n_out() const { return n_out_; }
+    // Tokens the request may still write.
+    int32_t remaining() const;
+
+private:
+    Session & session_;
+    const GenerateRequest & req_;
+    std::function<bool()> cancelled_;
+    int32_t n_out_ = 0;
+    Finish finish_ = Finish::kNone;
+};
+
+}  // namespace lucerna

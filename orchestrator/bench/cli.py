@@ -1,0 +1,282 @@
+"""``lucerna bench``: its flags and the two ways to run it.
+
+Against running servers::
+
+    lucerna bench --url http://127.0.0.1:8080/v1 [--compare URL2] [--set code,long-4k]
+                  [--max-tokens N] [--repeats N] [--concurrency 1,8,64] [--out results.json]
+
+Self-contained, starting Lucerna and its comparison on the same GGUF and settings::
+
+    lucerna bench --model PATH --against llama-server [--n-ctx N] [--threads N] ...
+    lucerna bench --model PATH --against daemon       (the HTTP front end's own cost)
+
+The markdown tables go to stdout, progress to stderr, everything to ``--out``.
+Only argparse is imported here; the benchmark's modules load when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.bench.client import Endpoint
+    from orchestrator.bench.runner import BenchPlan, CaseRun
+    from orchestrator.bench.servers import ServerSettings
+
+__all__ = ["add_bench_parser", "cmd_bench"]
+
+_AGAINST = ("llama-server", "daemon")
+
+
+def progress(message: str) -> None:
+    print(f"lucerna bench: {message}", file=sys.stderr, flush=True)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}"
+                                         ) from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _set_list(text: str) -> tuple[str, ...]:
+    from orchestrator.bench.prompts import SET_NAMES
+
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [n for n in names if n not in SET_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown prompt set(s) {', '.join(unknown) or text!r}; choose from "
+            f"{', '.join(SET_NAMES)}")
+    return names
+
+
+def add_bench_parser(sub: Any) -> None:
+    """Add the ``bench`` subcommand to ``lucerna``'s subparsers."""
+    bench = sub.add_parser(
+        "bench", help="benchmark an OpenAI-compatible endpoint, or Lucerna against llama-server",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = bench.add_argument_group("targets (give --url, or --model with --against)")
+    where.add_argument("--url", help="base URL of the endpoint, up to /v1 (the candidate)")
+    where.add_argument("--compare", metavar="URL2", help="a second endpoint (the baseline); "
+                       "ratios are candidate / baseline")
+    where.add_argument("--label", default="candidate", help="name of --url in the report")
+    where.add_argument("--compare-label", default="baseline", help="name of --compare")
+    where.add_argument("--pid", type=int, help="process id of --url's server (memory record)")
+    where.add_argument("--compare-pid", type=int, help="process id of --compare's server")
+    where.add_argument("--model-name", help="the `model` field of requests (default: none "
+                       "with --url, the file's stem with --model)")
+    where.add_argument("--api-key", default=os.environ.get("LUCERNA_API_KEY") or None,
+                       help="bearer key for --url and --compare (default: $LUCERNA_API_KEY)")
+    where.add_argument("--model", help="GGUF file ('default': the embedded gemma3-270m): "
+                       "start `lucerna serve` on it and the --against target")
+    where.add_argument("--against", choices=_AGAINST, help="llama-server: llama.cpp's own "
+                       "server from the same pinned engine; daemon: our daemon driven directly")
+
+    cases = bench.add_argument_group("cases")
+    cases.add_argument("--set", dest="sets", type=_set_list, default=("code",),
+                       help="prompt sets, comma-separated: code, long-4k, long-16k, long-32k, "
+                       "long-64k (default: code)")
+    cases.add_argument("--max-tokens", type=int, default=128, help="tokens per request "
+                       "(default 128)")
+    cases.add_argument("--repeats", type=int, default=1, help="times each prompt is run")
+    cases.add_argument("--concurrency", type=_int_list, default=(1,),
+                       help="concurrent streams, comma-separated, e.g. 1,8,64 (default 1)")
+    cases.add_argument("--limit", type=int, help="only the first N prompts of each set")
+    cases.add_argument("--api", choices=("completions", "chat"), default="completions",
+                       help="/v1/completions with the raw prompt (default: both servers see "
+                       "the same tokens), or /v1/chat/completions")
+    cases.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
+    cases.add_argument("--probe-sequential", action="store_true",
+                       help="sample /health and memory at concurrency 1 too")
+    cases.add_argument("--out", type=Path, help="write the JSON result here")
+
+    engine = bench.add_argument_group("self-contained settings (with --model; both servers "
+                                      "get the same)")
+    engine.add_argument("--n-ctx", type=int, help="context size (default: what the largest "
+                        "set needs, within the model's training context)")
+    engine.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    engine.add_argument("--n-gpu-layers", type=int, help="layers to offload (default: all)")
+    engine.add_argument("--queue-limit", type=int, help="Lucerna's --queue-limit (default: "
+                        "the largest concurrency, at least 16)")
+    engine.add_argument("--startup-timeout", type=float, default=600.0,
+                        help="seconds each server may take to become healthy")
+    bench.set_defaults(func=cmd_bench)
+
+
+def _plan(args: argparse.Namespace) -> BenchPlan:
+    from orchestrator.bench.runner import BenchPlan
+
+    return BenchPlan(sets=args.sets, max_tokens=args.max_tokens, repeats=args.repeats,
+                     concurrency=args.concurrency, limit=args.limit, warmup=not args.no_warmup,
+                     probe_sequential=args.probe_sequential)
+
+
+async def _run(endpoints: list[Endpoint], plan: BenchPlan, api: str,
+               direct: ServerSettings | None = None) -> list[CaseRun]:
+    import httpx
+
+    from orchestrator.bench.runner import Driver, HttpDriver, run_bench
+
+    # A request queued behind 63 others gets its response headers only when its turn
+    # comes: no read timeout short of a stuck server.
+    timeout = httpx.Timeout(30.0, read=1800.0)
+    limits = httpx.Limits(max_connections=max(plan.concurrency) + 8)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        drivers: list[Driver] = [HttpDriver(e, client, api) for e in endpoints]  # type: ignore[arg-type]
+        if direct is None:
+            return await run_bench(drivers, plan, progress)
+        from daemons.native import ensure_native
+        from orchestrator.bench.direct import open_daemon_driver
+
+        async with open_daemon_driver(direct.model, ensure_native(progress=progress),
+                                      n_ctx=direct.n_ctx, threads=direct.threads,
+                                      n_gpu_layers=direct.n_gpu_layers) as daemon:
+            return await run_bench([*drivers, daemon], plan, progress)
+
+
+def _finish(args: argparse.Namespace, runs: list[CaseRun], targets: list[dict[str, Any]],
+            settings: dict[str, Any], started: float) -> int:
+    from orchestrator.bench.report import bench_document, markdown_tables, write_json
+
+    doc = bench_document(runs, targets=targets, settings=settings, started=started)
+    if args.out:
+        write_json(doc, args.out)
+        progress(f"wrote {args.out}")
+    sys.stdout.write(markdown_tables(doc))
+    failed = sum(r.summary().failed for r in runs)
+    if failed:
+        progress(f"{failed} request(s) failed; see the JSON for their errors")
+    return 0
+
+
+def _loadavg() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
+
+
+def _settings(args: argparse.Namespace, plan: BenchPlan, **extra: Any) -> dict[str, Any]:
+    return {"argv": sys.argv, "loadavg_at_start": _loadavg(), "api": args.api,
+            "sets": list(plan.sets),
+            "max_tokens": plan.max_tokens, "repeats": plan.repeats,
+            "concurrency": list(plan.concurrency), "limit": plan.limit,
+            "temperature": 0, **extra}
+
+
+def _bench_urls(args: argparse.Namespace) -> int:
+    import trio
+
+    from orchestrator.bench.client import Endpoint
+
+    plan = _plan(args)
+    endpoints = [Endpoint(args.label, args.url, args.model_name, args.api_key, pid=args.pid)]
+    if args.compare:
+        endpoints.append(Endpoint(args.compare_label, args.compare, args.model_name,
+                                  args.api_key, pid=args.compare_pid))
+    settings = _settings(args, plan)
+    started = time.time()
+    runs = trio.run(_run, endpoints, plan, args.api)
+    targets = [{"label": e.label, "url": e.base_url, "pid": e.pid} for e in endpoints]
+    return _finish(args, runs, targets, settings, started)
+
+
+def _bench_self_contained(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import trio
+
+    from daemons.default_model import ensure_default_model
+    from daemons.gguf_info import read_gguf_info
+    from daemons.native import ensure_native
+    from orchestrator.bench.client import Endpoint
+    from orchestrator.bench.prompts import prompt_set
+    from orchestrator.bench.servers import (
+        ServerProcess,
+        ServerSettings,
+        free_port,
+        llama_server_argv,
+        lucerna_argv,
+    )
+
+    plan = _plan(args)
+    ensure_native(progress=progress)
+    model = (ensure_default_model(progress) if args.model == "default"
+             else Path(args.model).expanduser().resolve())
+    n_ctx = args.n_ctx or max(prompt_set(name).n_ctx for name in plan.sets)
+    trained = read_gguf_info(model).context_length
+    if args.n_ctx is None and trained and n_ctx > trained:
+        progress(f"n_ctx {n_ctx} is beyond the model's training context; using {trained}")
+        n_ctx = trained
+    settings = ServerSettings(
+        model=model, n_ctx=n_ctx, threads=args.threads or os.cpu_count() or 1,
+        n_gpu_layers=args.n_gpu_layers,
+        queue_limit=args.queue_limit or max(16, *plan.concurrency))
+    name = args.model_name or model.stem
+    logs = Path(tempfile.mkdtemp(prefix="lucerna-bench-"))
+    servers: list[ServerProcess] = []
+    try:
+        lucerna_port = free_port()
+        servers.append(ServerProcess("lucerna", lucerna_argv(settings, lucerna_port, name),
+                                     lucerna_port, logs / "lucerna.log"))
+        if args.against == "llama-server":
+            from daemons.peer import ensure_llama_server
+
+            binary = ensure_llama_server(progress=progress)
+            peer_port = free_port()
+            servers.append(ServerProcess(
+                "llama-server", llama_server_argv(binary, settings, peer_port, name),
+                peer_port, logs / "llama-server.log"))
+        for server in servers:
+            progress(f"starting {server.label}: {' '.join(server.argv)} (log: {server.log_path})")
+        for server in servers:
+            server.wait_healthy(args.startup_timeout)
+            progress(f"{server.label} is healthy on port {server.port}")
+        endpoints = [
+            # llama-server's per-request switch as well as its flag: no prompt cache.
+            Endpoint(s.label, s.base_url, name, pid=s.pid,
+                     extra_body={"cache_prompt": False} if s.label == "llama-server" else {})
+            for s in servers
+        ]
+        recorded = _settings(
+            args, plan, model=str(model), n_ctx=settings.n_ctx, threads=settings.threads,
+            n_gpu_layers=settings.n_gpu_layers, queue_limit=settings.queue_limit)
+        started = time.time()
+        runs = trio.run(_run, endpoints, plan, args.api,
+                        settings if args.against == "daemon" else None)
+    finally:
+        for server in reversed(servers):
+            code = server.stop()
+            progress(f"stopped {server.label} (exit {code})")
+    targets: list[dict[str, Any]] = [
+        {"label": s.label, "url": s.base_url, "argv": s.argv} for s in servers]
+    if args.against == "daemon":
+        targets.append({"label": "daemon", "url": None, "argv": None})
+    return _finish(args, runs, targets, recorded, started)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    # One INFO line per request from httpx would drown the progress lines.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if bool(args.url) == bool(args.model):
+        raise SystemExit("lucerna bench: error: give either --url (a running endpoint) or "
+                         "--model with --against (start the servers here)")
+    if args.model and not args.against:
+        raise SystemExit("lucerna bench: error: --model needs --against llama-server or "
+                         "--against daemon")
+    if args.max_tokens < 1 or args.repeats < 1 or (args.limit is not None and args.limit < 1):
+        raise SystemExit("lucerna bench: error: --max-tokens, --repeats and --limit must be >= 1")
+    if args.url:
+        return _bench_urls(args)
+    return _bench_self_contained(args)

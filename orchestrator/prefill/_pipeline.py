@@ -1,0 +1,180 @@
+"""PFlash in the server: a model's drafter daemon and the compression of its requests.
+
+``PrefillCompressor`` hangs off a ``ServedModel`` (``model.prefill``). The core calls
+``apply`` once a request's turn has come (``generation.run_generation``): a long
+enough conversation is compressed by the drafter (``compress_conversation``), the
+shortened messages are rendered with the target's own template and tokenized by the
+target, and the request continues with that prompt, ``compressed_tokens`` telling
+usage how much was cut. Anything that goes wrong on the drafter's side (not ready,
+died, context too small) leaves the request uncompressed: compression is an
+optimisation, never a reason to fail a request.
+
+The drafter is a pflash daemon supervised exactly like the target (same Supervisor,
+same restarts); a drafter that cannot be brought back turns compression off for the
+model rather than stopping the server. In proxy mode there is no target: the model's
+own daemon is the drafter, and ``upstream_events`` replaces local generation.
+
+Per request, two headers adjust the policy (the NIAH driver sweeps keep ratios
+through them): ``X-Lucerna-Prefill: off|auto|always`` and
+``X-Lucerna-Prefill-Keep: <ratio or T:R curve>``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from daemons.client import DaemonClient
+from daemons.errors import DaemonError
+from daemons.roles import DaemonLaunch
+from orchestrator.errors import BadRequestError, DaemonUnrecoverableError, ServiceUnavailableError
+from orchestrator.generation import Conversation, Event, GenerationRequest, prompt_ids
+from orchestrator.prefill._conversation import CompressionSkipped, compress_conversation
+from orchestrator.prefill._curve import KeepRatioCurve
+from orchestrator.prefill._proxy import upstream_events
+from orchestrator.prefill._settings import MODES, Mode, PrefillSettings, UpstreamSettings
+from orchestrator.supervisor import RestartPolicy, Supervisor
+from protocol import PieceTable
+
+if TYPE_CHECKING:
+    from orchestrator.models import ServedModel
+
+__all__ = ["KEEP_HEADER", "MODE_HEADER", "PrefillCompressor"]
+
+log = logging.getLogger("lucerna.prefill")
+
+MODE_HEADER = "x-lucerna-prefill"
+KEEP_HEADER = "x-lucerna-prefill-keep"
+DRAFTER_WAIT_S = 120.0
+
+
+class PrefillCompressor:
+    """One model's PFlash: its drafter (or, in proxy mode, its upstream) and policy."""
+
+    def __init__(self, name: str, settings: PrefillSettings, drafter: DaemonLaunch | None, *,
+                 restart_policy: RestartPolicy | None = None) -> None:
+        self.name = name
+        self.settings = settings
+        self.upstream: UpstreamSettings | None = settings.upstream
+        # None in proxy mode, where the model's own daemon is the drafter.
+        self.supervisor = None if drafter is None else Supervisor(
+            f"{name} (drafter)", drafter, policy=restart_policy, on_ready=self._on_ready)
+        self._pieces: PieceTable | None = None
+        self.compressed = 0
+        """Requests compressed so far."""
+
+    def describe(self) -> str:
+        """One line for the startup log: what compresses, when, and where answers come from."""
+        s = self.settings
+        when = {"off": "off", "always": "always",
+                "auto": f"prompts of {s.threshold}+ tokens"}[s.mode]
+        drafter = (f"drafter {self.supervisor.launch.model.name}"
+                   if self.supervisor is not None else "this model drafts")
+        text = f"PFlash compression {when}, keep {s.curve}, {drafter}"
+        if s.park_target:
+            text += ", target parked while it scores"
+        if self.upstream is not None:
+            text += f"; proxy to {self.upstream.url}"
+        return text
+
+    async def run(self) -> None:
+        """Keep the drafter running (a task in the server's nursery, like a supervisor)."""
+        if self.supervisor is None:
+            return
+        try:
+            await self.supervisor.run()
+        except DaemonUnrecoverableError as exc:
+            log.critical("model %s: prefill compression is off from now on: %s", self.name, exc)
+
+    async def _on_ready(self, client: DaemonClient) -> None:
+        self._pieces = await client.piece_table()
+        if self.settings.park_target:
+            # Resident only while it scores: the target has the device the rest of the time.
+            await client.park("all")
+
+    def policy(self, headers: Mapping[str, str]) -> tuple[Mode, KeepRatioCurve]:
+        """The request's mode and keep ratios: the model's, adjusted by the headers."""
+        mode: Mode = self.settings.mode
+        curve = self.settings.curve
+        wanted = headers.get(MODE_HEADER)
+        if wanted is not None:
+            if wanted not in MODES:
+                raise BadRequestError(f"header {MODE_HEADER}: unknown mode {wanted!r}; use one "
+                                      f"of {', '.join(MODES)}")
+            mode = wanted  # checked against MODES above
+        keep = headers.get(KEEP_HEADER)
+        if keep is not None:
+            try:
+                curve = KeepRatioCurve.parse(keep)
+            except ValueError as exc:
+                raise BadRequestError(f"header {KEEP_HEADER}: {exc}") from None
+        return mode, curve
+
+    async def apply(self, model: ServedModel, generation: GenerationRequest,
+                    headers: Mapping[str, str]) -> GenerationRequest:
+        """``generation`` with its prompt compressed when the policy says so."""
+        conversation = generation.conversation
+        if conversation is None:
+            if self.upstream is not None:
+                raise BadRequestError("this model is a compression proxy, which forwards chat "
+                                      "requests only; use /v1/chat/completions, /v1/messages "
+                                      "or /v1/responses")
+            return generation
+        mode, curve = self.policy(headers)
+        n_prompt = len(generation.prompt)
+        if mode == "off" or (mode == "auto" and n_prompt < self.settings.threshold):
+            return generation
+        keep_x1000 = curve.keep_x1000(n_prompt)
+        if keep_x1000 >= 1000:
+            return generation
+        drafter = await self._drafter(model)
+        if drafter is None:
+            return generation
+        client, pieces = drafter
+        target = None
+        if self.supervisor is not None and self.settings.park_target:
+            target = model.supervisor.ready_client()
+        try:
+            result = await compress_conversation(
+                client, pieces, conversation.messages, keep_x1000, self.settings.options,
+                target=target, park_target=target is not None)
+        except CompressionSkipped as exc:
+            log.warning("model %s: prompt of %d tokens left uncompressed: %s", self.name,
+                        n_prompt, exc)
+            return generation
+        except DaemonError as exc:
+            log.error("model %s: the drafter failed (%s); serving the prompt uncompressed",
+                      self.name, exc)
+            return generation
+        prompt = await prompt_ids(model, result.messages, conversation.tools)
+        if len(prompt) >= n_prompt:
+            return generation
+        self.compressed += 1
+        log.info("model %s: prompt %d -> %d tokens (keep %.3f; drafter scored %d tokens, kept "
+                 "%d, in %.0f ms of %.0f ms%s)", self.name, n_prompt, len(prompt),
+                 keep_x1000 / 1000, result.n_scored, result.n_kept, result.compress_ms,
+                 result.total_ms,
+                 f"; last user message re-appended ({result.requeried})" if result.requeried
+                 else "")
+        return replace(generation, prompt=prompt, compressed_tokens=n_prompt - len(prompt),
+                       conversation=Conversation(tuple(result.messages), conversation.tools))
+
+    async def _drafter(self, model: ServedModel) -> tuple[DaemonClient, PieceTable] | None:
+        if self.supervisor is None:  # proxy mode: the model's own daemon drafts
+            client, pieces, _ = model.ready_parts()
+            return client, pieces
+        try:
+            client = await self.supervisor.wait_ready(DRAFTER_WAIT_S)
+        except ServiceUnavailableError as exc:
+            log.warning("model %s: prompt left uncompressed: %s", self.name, exc)
+            return None
+        assert self._pieces is not None  # loaded before the supervisor reports ready
+        return client, self._pieces
+
+    def upstream_events(self, model: ServedModel,
+                        request: GenerationRequest) -> AsyncGenerator[Event, None]:
+        """Proxy mode: the upstream's answer to ``request`` as the core's events."""
+        assert self.upstream is not None
+        return upstream_events(self.upstream, request, model.name)
