@@ -74,10 +74,14 @@ def test_report_files(tmp_path: Path) -> None:
                   needle_kept=False)]
     table = render_table(cells)
     assert "| 2048 | 0.5 | 0.1 | 230 / 2000 | 2.00 | 2.00x | FAIL (dropped) | no |" in table
+    # The summary: pass rate, medians, and how much of the TTFT was the drafter's.
+    assert "| full | 2048 | 1/1 | 2000 | 4.00 |  |  |" in table
+    assert "| 0.1 | 2048 | 0/1 | 230 | 2.00 | 2.00x | 1.50 |" in table
     write_json(tmp_path / "r.json", cells, {"mode": "test"})
     document = json.loads((tmp_path / "r.json").read_text())
     assert document["passed"] is False and len(document["cells"]) == 2
     assert document["summary"][1]["speedup"] == 2.0
+    assert document["summary"][1]["compress_s"] == 1.5
     write_heatmap(tmp_path / "r.png", cells, "title")
     assert (tmp_path / "r.png").read_bytes().startswith(PNG_MAGIC)
 
@@ -102,10 +106,14 @@ def test_daemon_mode_grid_and_exit_status(native, default_model, tmp_path: Path)
     assert cells[1]["compress_s"] > 0 and cells[1]["needle_kept"] is not None
     assert code == (0 if document["passed"] else 1)
     assert document["run"]["mode"] == "daemon" and "| 500 | 0.5 | 0.3 |" in table
-    # One generated token cannot hold a seven-digit number: every cell fails, exit 1.
+    # One generated token cannot hold a seven-digit number: every cell fails, exit 1. This
+    # run also takes code as filler (a directory) and parks the target while it scores.
     code, document, _ = niah(tmp_path, "--keeps", "0.5", "--no-baseline", "--max-tokens", "1",
-                             "--threads", "2", length=200)
+                             "--threads", "2", "--filler-file", "daemons", "--park", length=200)
     assert code == 1 and document["passed"] is False and len(document["cells"]) == 1
+    assert document["run"]["filler"] == "corpus:daemons"
+    assert "target parked while scoring" in document["run"]["backend"]
+    assert document["cells"][0]["prompt_tokens"] > 0 and document["cells"][0]["error"] is None
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from daemons.client import open_daemon
@@ -367,3 +368,39 @@ def test_short_prompts_stay_whole_and_streams_report_the_cut(
     usage = events[-1]["response"]["usage"]
     assert events[-1]["type"] == "response.incomplete"  # cut by max_output_tokens
     assert usage["input_tokens_details"]["compressed_tokens"] > usage["input_tokens"] > 0
+
+
+def daemon_rss(server: LucernaServer, executable: str) -> int:
+    """Resident memory of the server's daemon started from ``executable``."""
+    children = psutil.Process(server.process.pid).children(recursive=True)
+    found = [c for c in children if Path(c.cmdline()[0]).name == executable]
+    assert len(found) == 1, [c.cmdline() for c in children]
+    return int(found[0].memory_info().rss)
+
+
+@pytest.mark.slow
+def test_with_park_the_server_wakes_the_drafter_and_restores_the_target(  # type: ignore[no-untyped-def]
+        native, default_model, tmp_path: Path) -> None:
+    server = LucernaServer(tmp_path / "serve.log", "--n-ctx", "2048",
+                           "--prefill-compression", "auto",
+                           "--prefill-threshold", str(PREFILL_THRESHOLD),
+                           "--prefill-keep", str(PREFILL_KEEP), "--prefill-park")
+    try:
+        server.wait_healthy()
+        assert "target parked while it scores" in server.log()
+        api = client(server)
+        for _ in range(2):
+            response = api.chat.completions.create(
+                model="gemma3-270m", messages=long_messages(), max_tokens=12, temperature=0)  # type: ignore[arg-type]
+            # The drafter sleeps parked between requests: it scored, so it was woken ...
+            details = response.usage.prompt_tokens_details  # type: ignore[union-attr]
+            assert details is not None and details.model_extra["compressed_tokens"] > 0  # type: ignore[index]
+            # ... and the target, parked while it scored, answered, so it was restored.
+            answer = response.choices[0].message.content or ""
+            assert needle_found(answer, NEEDLE_VALUE), answer
+            # Between requests the drafter holds almost nothing; the target its weights.
+            drafter, target = daemon_rss(server, "lucerna-pflash"), daemon_rss(
+                server, "lucerna-qwen35")
+            assert drafter < 0.5 * target, (drafter, target)
+    finally:
+        server.stop()

@@ -89,12 +89,19 @@ def test_answers_through_the_proxy_equal_the_upstreams_own(
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == direct.usage.completion_tokens
 
-    # The Anthropic dialect, through the same core: same upstream request, same text.
-    message = anthropic.Anthropic(base_url=proxy.base_url, api_key="unused", max_retries=0
-                                  ).messages.create(model="proxied", messages=MESSAGES,  # type: ignore[arg-type]
-                                                    max_tokens=16, extra_body={"temperature": 0})
+    # The Anthropic dialect, through the same core: same upstream request, same text,
+    # whole and streamed (its own event shapes, rebuilt from the upstream's chunks).
+    claude = anthropic.Anthropic(base_url=proxy.base_url, api_key="unused", max_retries=0)
+    message = claude.messages.create(model="proxied", messages=MESSAGES,  # type: ignore[arg-type]
+                                     max_tokens=16, extra_body={"temperature": 0})
     assert "".join(b.text for b in message.content if b.type == "text") == (
         direct.choices[0].message.content)
+    with claude.messages.stream(model="proxied", messages=MESSAGES,  # type: ignore[arg-type]
+                                max_tokens=16, extra_body={"temperature": 0}) as events:
+        streamed = "".join(events.text_stream)
+        final = events.get_final_message()
+    assert streamed == direct.choices[0].message.content
+    assert final.usage.output_tokens == direct.usage.completion_tokens
 
 
 @pytest.mark.slow
@@ -113,6 +120,20 @@ def test_long_prompts_are_compressed_before_they_are_forwarded(proxy: LucernaSer
     assert details is not None and details.model_extra["compressed_tokens"] > 0  # type: ignore[index]
     answer = response.choices[0].message.content or ""
     assert needle_found(answer, NEEDLE_VALUE), answer
+    # Streamed in the Responses dialect: the same compressed answer, the cut in the usage
+    # of its final event.
+    with httpx.stream("POST", f"{proxy.base_url}/v1/responses", timeout=300, json={
+            "model": "proxied", "input": messages, "max_output_tokens": 12, "temperature": 0,
+            "stream": True}) as stream:
+        assert stream.status_code == 200
+        events = [json.loads(line[6:]) for line in stream.iter_lines()
+                  if line.startswith("data: ")]
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == answer
+    usage = events[-1]["response"]["usage"]
+    assert usage["input_tokens"] == response.usage.prompt_tokens
+    assert usage["input_tokens_details"]["compressed_tokens"] == details.model_extra[
+        "compressed_tokens"]  # type: ignore[index]
 
 
 @pytest.mark.slow
