@@ -185,19 +185,22 @@ def completion_budget(model: ServedModel, request: GenerationRequest) -> int:
 
 
 def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
-    """Whether the server's output cap, not the request's limit nor the context, bounds
-    this generation.
+    """Whether the server's output cap, not a smaller request limit nor the context,
+    bounds this generation.
 
     Reaching that cap ends the turn as a stop (``stop``, Anthropic ``end_turn``,
     Responses ``completed``), not as ``length``: agents read a length stop as "your
     answer was cut, go on" (Claude Code re-asks three times, then fails the run; Codex
     fails on ``response.incomplete``), so a model that never stops on its own would
-    fail every turn at a limit the server itself imposed. A request's own
-    ``max_tokens`` and a full context still end in ``length``.
+    fail every turn at a limit the server itself imposed. A request that asks for
+    exactly the cap asks for all the server allows (the cap is what ``/v1/models``
+    and ``/props`` advertise, and what ``lucerna clients`` configures Claude Code and
+    OpenCode to send), so the cap ends it too. A smaller ``max_tokens`` and a full
+    context still end in ``length``.
     """
     room = model.n_ctx - len(request.prompt)
     wanted = request.max_tokens if request.max_tokens is not None else room
-    return model.output_cap < min(wanted, room)
+    return model.output_cap <= wanted and model.output_cap < room
 
 
 async def generate_events(

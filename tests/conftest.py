@@ -23,6 +23,22 @@ from daemons.default_model import ensure_default_model
 from daemons.paths import repo_root
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--no-clients", action="store_true",
+                     help="skip the tests that run the real coding agents (tests/clients; "
+                     "`bin/lucerna test --no-clients` also skips installing them). CI "
+                     "never passes it.")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--no-clients"):
+        return
+    skip = pytest.mark.skip(reason="--no-clients: the real coding agents are not run")
+    for item in items:
+        if item.get_closest_marker("clients") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def native():  # type: ignore[no-untyped-def]
     from daemons.native import ensure_native

@@ -10,8 +10,14 @@ line states what the server really serves:
   without one gets Codex's fallback metadata and its 17 kB system prompt.
 - Claude Code: environment variables. ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` is how it
   learns the context of a model it does not know (it assumes 1M tokens otherwise,
-  and never asks a gateway); the small/fast model is mapped to the served one, since
-  Lucerna answers an unknown model name with 404.
+  and never asks a gateway). ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` is the server's output
+  cap: Claude Code otherwise asks for 32000 and, before sending anything, refuses a
+  prompt that does not fit beside that many ("Prompt is too long") in any context
+  under about 45k. Its auto-compaction triggers 13000 tokens before the window less
+  the output; where that is below Claude Code's own prompt, compaction cannot help
+  (it says so) yet runs after every reply, so the line turns it off
+  (``DISABLE_AUTO_COMPACT``). Every model alias (haiku, sonnet, opus) maps to the
+  served model, since Lucerna answers an unknown model name with 404.
 - OpenCode: an ``@ai-sdk/openai-compatible`` provider in ``OPENCODE_CONFIG_CONTENT``,
   with the context and the output cap as the model's ``limit``.
 
@@ -33,6 +39,10 @@ __all__ = ["KEY_FROM_SHELL", "ClientConfig", "client_config", "context_note"]
 
 KEY_FROM_SHELL = "${LUCERNA_API_KEY:-none}"
 """The API key as the printed lines pass it: the variable when set, else any word."""
+
+CLAUDE_AUTOCOMPACT_BUFFER = 13000
+"""Claude Code 2.1 compacts once a conversation is this close to its window less the
+output (its debug log: ``effectiveWindow=16320``, ``threshold 3320``)."""
 
 
 @dataclass(frozen=True)
@@ -62,17 +72,23 @@ def client_config(name: str, base_url: str, props: Mapping[str, Any],
     if name == "codex":
         provider = (f'{{name="Lucerna", base_url="{base_url}/v1", wire_api="responses", '
                     f'auth={{command="sh", args=["-c", "echo {KEY_FROM_SHELL}"]}}}}')
-        return ClientConfig(spec, args=("-m", model, "-c", "model_provider=lucerna",
+        # ``-c model=`` rather than ``-m``: root overrides reach every subcommand (exec too).
+        return ClientConfig(spec, args=("-c", f"model={model}", "-c", "model_provider=lucerna",
                                         "-c", f"model_providers.lucerna={provider}"))
     if name == "claude-code":
-        return ClientConfig(spec, env={
+        env = {
             "ANTHROPIC_BASE_URL": base_url,
             "ANTHROPIC_AUTH_TOKEN": api_key,
             "ANTHROPIC_MODEL": model,
-            "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+            **{f"ANTHROPIC_DEFAULT_{alias}_MODEL": model for alias in ("HAIKU", "SONNET",
+                                                                      "OPUS")},
             "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(n_ctx),
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(cap),
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        })
+        }
+        if n_ctx - cap - CLAUDE_AUTOCOMPACT_BUFFER <= spec.prompt_tokens:
+            env["DISABLE_AUTO_COMPACT"] = "1"
+        return ClientConfig(spec, env=env)
     assert name == "opencode"
     config = {
         "provider": {"lucerna": {

@@ -49,7 +49,7 @@ class ClientSpec:
 
 CLIENTS = (
     ClientSpec("codex", "Codex CLI", "@openai/codex", "0.169.0", "codex", "/v1/responses",
-               prompt_tokens=2300),
+               prompt_tokens=2500),
     ClientSpec("claude-code", "Claude Code", "@anthropic-ai/claude-code", "2.1.328", "claude",
                "/v1/messages", prompt_tokens=12000),
     ClientSpec("opencode", "OpenCode", "opencode-ai", "1.18.33", "opencode",

@@ -1,0 +1,29 @@
+"""One Lucerna on the default model for every agent in tests/clients.
+
+Its context holds the largest agent prompt (Claude Code's, about 12k tokens) with room
+for a tool round trip; its output cap keeps each turn of a weak model that never
+stops on its own short, which is what the cap is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import LucernaServer
+
+AGENT_N_CTX = 16384
+AGENT_OUTPUT_CAP = 64
+
+
+@pytest.fixture(scope="package")
+def agent_server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+    srv = LucernaServer(tmp_path_factory.mktemp("agents") / "serve.log",
+                        "--n-ctx", str(AGENT_N_CTX),
+                        "--max-output-tokens", str(AGENT_OUTPUT_CAP))
+    try:
+        srv.wait_healthy()
+        yield srv
+    finally:
+        srv.stop()
