@@ -529,7 +529,10 @@ async def open_daemon(
     """Spawn a daemon, wait for its ready line, yield the client, always clean up."""
     read_fd, write_fd = os.pipe()
     argv = launch.argv(stream_fd=write_fd)
-    env = {**os.environ, **launch.env}
+    # On an engine assert ggml runs gdb for a backtrace, and gdb then reads the daemon's
+    # stdin, which we hold open: the dying daemon hung until its request timed out
+    # (seen: 600 s). Without the backtrace it aborts at once and is restarted.
+    env = {"GGML_NO_BACKTRACE": "1", **os.environ, **launch.env}
     try:
         process = await trio.lowlevel.open_process(
             argv,

@@ -150,13 +150,13 @@ async def prompt_ids(
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[int]:
     """Render the chat template and tokenize the result on the model's daemon."""
-    _, _, template = model.ready_parts()
+    _, _, template = await model.ready_parts()
     text = template.render(messages, add_generation_prompt=True, tools=tools)
     return await tokenize_text(model, text, template_bos=template.bos_token)
 
 
 async def tokenize_text(model: ServedModel, text: str, *, template_bos: str = "") -> list[int]:
-    client = model.supervisor.ready_client()
+    client = await model.supervisor.wait_ready()
     # A template that writes the BOS text itself must not get a second BOS.
     add_bos = False if template_bos and text.startswith(template_bos) else None
     try:
@@ -219,7 +219,7 @@ async def generate_events(
                 yield event
         return
     n_gen = completion_budget(model, request)
-    _, pieces, template = model.ready_parts()
+    _, pieces, template = await model.ready_parts()
     detokenizer = IncrementalDetokenizer(pieces)
     template_stops = template.stop_strings if request.template_stops else ()
     stops = StopStringMatcher((*request.stop_strings, *template_stops))

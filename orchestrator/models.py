@@ -88,8 +88,10 @@ class ServedModel:
         for observer in self.observers:
             observer(self, event)
 
-    def ready_parts(self) -> tuple[DaemonClient, PieceTable, ChatTemplate]:
-        client = self.supervisor.ready_client()
+    async def ready_parts(self) -> tuple[DaemonClient, PieceTable, ChatTemplate]:
+        """The daemon and what the front end reads from it, waiting through a restart
+        (a request that arrives while a crashed daemon comes back waits, as if queued)."""
+        client = await self.supervisor.wait_ready()
         if self.pieces is None or self.template is None:
             raise ServiceUnavailableError(f"model {self.name!r} is still loading")
         return client, self.pieces, self.template

@@ -100,7 +100,8 @@ class LucernaServer:
         raise AssertionError(f"server not healthy after {timeout} s:\n{self.log()}")
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> int:

@@ -83,7 +83,7 @@ def parse_completion_request(body: Mapping[str, Any]) -> CompletionRequest:
 async def _prompt_ids(model: ServedModel, prompt: str | list[int]) -> list[int]:
     if isinstance(prompt, str):
         return await tokenize_text(model, prompt)
-    _, pieces, _ = model.ready_parts()
+    _, pieces, _ = await model.ready_parts()
     bad = next((t for t in prompt if not 0 <= t < pieces.n_vocab), None)
     if bad is not None:
         raise BadRequestError(f"prompt token id {bad} is outside the vocabulary "

@@ -163,7 +163,7 @@ class PrefillCompressor:
 
     async def _drafter(self, model: ServedModel) -> tuple[DaemonClient, PieceTable] | None:
         if self.supervisor is None:  # proxy mode: the model's own daemon drafts
-            client, pieces, _ = model.ready_parts()
+            client, pieces, _ = await model.ready_parts()
             return client, pieces
         try:
             client = await self.supervisor.wait_ready(DRAFTER_WAIT_S)

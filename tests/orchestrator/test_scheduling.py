@@ -67,7 +67,9 @@ def test_full_queue_is_a_503_before_any_sse_and_disconnects_free_it(
     with httpx.Client(timeout=30) as a, httpx.Client(timeout=30) as b:
         running = open_stream(a, queued_server, LONG)
         assert running.status_code == 200
-        next(running.iter_lines())  # the generation is under way
+        # Keep the iterator: a dropped one is closed, and httpcore closes the stream.
+        lines = running.iter_lines()
+        next(lines)  # the generation is under way
         # The second request waits in the queue: its headers cannot come yet.
         waiting_request = b.build_request("POST", f"{queued_server.base_url}/v1/completions",
                                           json={**LONG, "stream": True})
@@ -109,7 +111,8 @@ def test_full_queue_is_a_503_before_any_sse_and_disconnects_free_it(
 def test_disconnect_while_queued_leaves_the_queue_at_once(queued_server: LucernaServer) -> None:
     with httpx.Client(timeout=30) as a:
         running = open_stream(a, queued_server, LONG)
-        next(running.iter_lines())
+        lines = running.iter_lines()
+        next(lines)
         # A raw socket, so the test decides exactly when this queued client leaves.
         body = json.dumps({**LONG, "stream": True}).encode()
         with socket.create_connection(("127.0.0.1", queued_server.port)) as queued:

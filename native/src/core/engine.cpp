@@ -119,7 +119,8 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
         // One prefill chunk is one engine batch and one micro-batch: the engine must not
         // re-split our chunks, or a restored run would no longer see the batches an
         // uninterrupted run saw (PROTOCOL.md 5.5, measured: logits depend on the split).
-        cparams.n_batch = static_cast<uint32_t>(std::min(loaded.n_ctx, opts.chunk));
+        loaded.n_chunk = std::min(loaded.n_ctx, opts.chunk);
+        cparams.n_batch = static_cast<uint32_t>(loaded.n_chunk);
         if (opts.speculative()) {
             // A verify step decodes one block (the last token plus block - 1 proposals)
             // and may have to roll all but its first token back. The recurrent state

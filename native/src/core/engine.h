@@ -52,6 +52,9 @@ struct LoadedModel {
     int32_t n_vocab = 0;
     int32_t n_ctx = 0;        // effective: requested, clamped to n_ctx_train
     int32_t n_ctx_train = 0;
+    // Prompt tokens per prefill batch: --chunk, at most the context asked for. Fixed
+    // before the engine rounds the context up, so batches never outgrow n_batch.
+    int32_t n_chunk = 0;
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
 };
 

@@ -174,7 +174,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     double prefill_ms = 0.0;
     // Prefill chunks are --chunk tokens (the engine batch may be larger: a speculative
     // daemon sizes it for a verify block, core/engine.cpp).
-    const auto n_chunk = static_cast<int64_t>(std::max(1, std::min(session.opts.chunk, engine.n_ctx)));
+    const auto n_chunk = static_cast<int64_t>(std::max(1, engine.n_chunk));
     Batch batch(static_cast<int32_t>(std::max<int64_t>(n_chunk, spec.block_size())));
     auto snapshot_here = [&] {
         session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, draft));
