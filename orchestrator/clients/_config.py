@@ -72,8 +72,7 @@ def client_config(name: str, base_url: str, props: Mapping[str, Any],
     if name == "codex":
         provider = (f'{{name="Lucerna", base_url="{base_url}/v1", wire_api="responses", '
                     f'auth={{command="sh", args=["-c", "echo {KEY_FROM_SHELL}"]}}}}')
-        # ``-c model=`` rather than ``-m``: root overrides reach every subcommand (exec too).
-        return ClientConfig(spec, args=("-c", f"model={model}", "-c", "model_provider=lucerna",
+        return ClientConfig(spec, args=("-m", model, "-c", "model_provider=lucerna",
                                         "-c", f"model_providers.lucerna={provider}"))
     if name == "claude-code":
         env = {

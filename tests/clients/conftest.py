@@ -2,7 +2,8 @@
 
 Its context holds the largest agent prompt (Claude Code's, about 12k tokens) with room
 for a tool round trip; its output cap keeps each turn of a weak model that never
-stops on its own short, which is what the cap is for.
+stops on its own short, which is what the cap is for. Its keep-alive interval is
+short, so that a test can give an agent an idle timeout shorter than the prefill.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from tests.conftest import LucernaServer
 
 AGENT_N_CTX = 16384
 AGENT_OUTPUT_CAP = 64
+AGENT_KEEPALIVE_S = 0.25
 
 
 @pytest.fixture(scope="package")
 def agent_server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
     srv = LucernaServer(tmp_path_factory.mktemp("agents") / "serve.log",
                         "--n-ctx", str(AGENT_N_CTX),
-                        "--max-output-tokens", str(AGENT_OUTPUT_CAP))
+                        "--max-output-tokens", str(AGENT_OUTPUT_CAP),
+                        "--keepalive-interval", str(AGENT_KEEPALIVE_S))
     try:
         srv.wait_healthy()
         yield srv

@@ -24,9 +24,9 @@ from tests.conftest import LucernaServer
 MODEL = "gemma3-270m"
 N_CTX = 2048
 CAP = 24
-KEEPALIVE_S = 0.25
-# About 1500 tokens: a prefill of seconds on a CPU, many keep-alive intervals long.
-LONG_PROMPT = "The lamp is on the table. " * 250
+KEEPALIVE_S = 0.1
+# About 1000 tokens: a prefill of a second or more on a CPU, many keep-alive intervals.
+LONG_PROMPT = "The lamp is on the table. " * 150
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +100,13 @@ def test_the_cap_clamps_whatever_a_request_asks(agent_ready: LucernaServer,
 
 
 def test_agents_huge_max_tokens_end_their_turn_at_the_cap(agent_ready: LucernaServer) -> None:
-    client = anthropic.Anthropic(base_url=agent_ready.base_url, api_key="unused",
-                                 max_retries=0)
-    # Streamed, as Claude Code asks (the SDK refuses so large a max_tokens otherwise).
-    with client.messages.stream(model=MODEL, max_tokens=32000, extra_body={"temperature": 0},
-                                messages=[{"role": "user", "content": "Count to 100."}]
-                                ) as stream:
+    # Streamed, as Claude Code asks (the SDK refuses so large a max_tokens otherwise). The
+    # client is closed after: a pooled connection that served a stream holds up the
+    # server's graceful shutdown for its whole drain timeout.
+    with anthropic.Anthropic(base_url=agent_ready.base_url, api_key="unused",
+                             max_retries=0) as client, client.messages.stream(
+            model=MODEL, max_tokens=32000, extra_body={"temperature": 0},
+            messages=[{"role": "user", "content": "Count to 100."}]) as stream:
         message = stream.get_final_message()
     assert message.usage.output_tokens <= CAP
     assert message.stop_reason == "end_turn"  # never max_tokens: Claude Code would re-ask
