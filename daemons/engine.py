@@ -17,7 +17,6 @@ Cache layout (``lucerna_cache_dir()``)::
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -26,7 +25,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemons._build import Progress, run_build_step
+from daemons._build import Progress, cmake_build_once
 from daemons._locking import file_lock
 from daemons.errors import BuildError
 from daemons.paths import lucerna_cache_dir
@@ -226,33 +225,11 @@ def ensure_engine(
     source = ensure_engine_source(pin, progress)
     build_dir = engine_root(pin) / f"build-{backend}"
     build = EngineBuild(pin=pin, backend=backend, source_dir=source, build_dir=build_dir)
-    wanted = {"args": cmake_args(backend), "targets": list(ENGINE_TARGETS), "sha256": pin.sha256}
-    stamp = build_dir / "lucerna-engine.json"
-
-    def is_built() -> bool:
-        return stamp.exists() and json.loads(stamp.read_text()) == wanted
-
-    if is_built():
-        return build
-    with file_lock(engine_root(pin) / f".lock-{backend}"):
-        if is_built():
-            return build
-        build_dir.mkdir(parents=True, exist_ok=True)
-        log = build_dir / "lucerna-build.log"
-        log.write_text("")
-        jobs = str(os.cpu_count() or 2)
-        progress(
-            f"building the pinned engine ({pin.name}, ggml {pin.ggml_version}, {backend}) "
-            f"with {jobs} jobs into {build_dir}; this happens once and takes minutes"
-        )
-        run_build_step(
-            ["cmake", "-S", str(source), "-B", str(build_dir), *cmake_args(backend)],
-            "configuring the engine", log, progress,
-        )
-        run_build_step(
-            ["cmake", "--build", str(build_dir), "--parallel", jobs, "--target", *ENGINE_TARGETS],
-            "building the engine", log, progress,
-        )
-        stamp.write_text(json.dumps(wanted))
-        progress(f"engine ready: {build_dir}")
+    cmake_build_once(
+        source=source, sha256=pin.sha256, build_dir=build_dir, args=cmake_args(backend),
+        targets=ENGINE_TARGETS, stamp_name="lucerna-engine.json",
+        lock=engine_root(pin) / f".lock-{backend}", name="the engine",
+        announce=f"building the pinned engine ({pin.name}, ggml {pin.ggml_version}, "
+                 f"{backend}); this happens once and takes minutes",
+        progress=progress)
     return build

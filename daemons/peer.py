@@ -19,12 +19,9 @@ then embeds no UI, which a benchmark does not need.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
-from daemons._build import Progress, run_build_step
-from daemons._locking import file_lock
+from daemons._build import Progress, cmake_build_once
 from daemons.engine import (
     BACKENDS,
     ENGINE_PIN,
@@ -77,37 +74,12 @@ def ensure_llama_server(
         raise BuildError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     source = ensure_engine_source(pin, progress)
     build_dir = peer_build_dir(backend, pin)
+    cmake_build_once(
+        source=source, sha256=pin.sha256, build_dir=build_dir, args=peer_cmake_args(backend),
+        targets=PEER_TARGETS, stamp_name="lucerna-peer.json",
+        lock=engine_root(pin) / f".lock-{backend}-peer", name="the peer",
+        announce=f"building the benchmark peer llama-server + llama-bench ({pin.name}, "
+                 f"{backend}); benchmark-only, once, takes minutes",
+        progress=progress)
     binary = build_dir / "bin" / "llama-server"
-    wanted = {"args": peer_cmake_args(backend), "targets": list(PEER_TARGETS),
-              "sha256": pin.sha256}
-    stamp = build_dir / "lucerna-peer.json"
-
-    def is_built() -> bool:
-        return (binary.exists() and stamp.exists()
-                and json.loads(stamp.read_text()) == wanted)
-
-    if is_built():
-        return binary
-    with file_lock(engine_root(pin) / f".lock-{backend}-peer"):
-        if is_built():
-            return binary
-        build_dir.mkdir(parents=True, exist_ok=True)
-        stamp.unlink(missing_ok=True)
-        log = build_dir / "lucerna-build.log"
-        log.write_text("")
-        jobs = str(os.cpu_count() or 2)
-        progress(
-            f"building the benchmark peer llama-server + llama-bench ({pin.name}, {backend}) "
-            f"with {jobs} jobs into {build_dir}; benchmark-only, once, takes minutes"
-        )
-        run_build_step(
-            ["cmake", "-S", str(source), "-B", str(build_dir), *peer_cmake_args(backend)],
-            "configuring the peer", log, progress,
-        )
-        run_build_step(
-            ["cmake", "--build", str(build_dir), "--parallel", jobs, "--target", *PEER_TARGETS],
-            "building the peer", log, progress,
-        )
-        stamp.write_text(json.dumps(wanted))
-        progress(f"peer ready: {binary}")
     return binary
