@@ -1,0 +1,109 @@
+"""DFlash through the server (``lucerna serve --draft``): lossless, reported, resumable.
+
+The native tests (tests/native/test_dflash.py) prove the daemon's speculative decoding
+is autoregressive decoding under greedy sampling; these prove the orchestrator drives
+it on every request, reports it in ``usage``, and keeps it across a resumed stream. The
+random-weight test models accept few proposals, which is fine: what is tested is that
+the output does not change, not how fast it comes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import LucernaServer
+
+MODEL = "qwen35"
+PROMPTS = ["lamp " * 12, "the keeper repaired the brass lens near the north pier", "1, 2, 3,"]
+MAX_TOKENS = 32
+
+
+def serve(log: Path, target: Path, *extra: str) -> LucernaServer:
+    server = LucernaServer(log, "--model", str(target), "--n-ctx", "512", "--threads", "1",
+                           *extra)
+    server.wait_healthy()
+    return server
+
+
+@pytest.fixture(scope="module")
+def servers(native, test_models, tmp_path_factory) -> Iterator[tuple[LucernaServer, LucernaServer]]:  # type: ignore[no-untyped-def]
+    """The qwen35 test model twice: autoregressive, and with the DFlash test draft."""
+    logs = tmp_path_factory.mktemp("speculative")
+    plain = serve(logs / "plain.log", test_models["qwen35"])
+    try:
+        drafted = serve(logs / "drafted.log", test_models["qwen35"],
+                        "--draft", str(test_models["dflash"]))
+        try:
+            yield plain, drafted
+        finally:
+            drafted.stop()
+    finally:
+        plain.stop()
+
+
+def complete(server: LucernaServer, prompt: str) -> dict[str, Any]:
+    response = httpx.post(f"{server.base_url}/v1/completions", timeout=120, json={
+        "model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def stream(server: LucernaServer, prompt: str, kill_after: int | None = None,
+           ) -> tuple[str, dict[str, Any]]:
+    """Stream a completion; optionally SIGKILL the daemon after ``kill_after`` chunks."""
+    pid = httpx.get(f"{server.base_url}/health").json()["models"][MODEL]["pid"]
+    text: list[str] = []
+    usage: dict[str, Any] = {}
+    with httpx.stream("POST", f"{server.base_url}/v1/completions", timeout=120, json={
+            "model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            assert "error" not in chunk, chunk
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            if chunk["choices"]:
+                text.append(chunk["choices"][0]["text"])
+                if kill_after is not None and len(text) == kill_after:
+                    os.kill(pid, signal.SIGKILL)
+    return "".join(text), usage
+
+
+@pytest.mark.slow
+def test_greedy_answers_with_a_draft_equal_autoregressive_ones_and_report_it(
+    servers: tuple[LucernaServer, LucernaServer],
+) -> None:
+    plain, drafted = servers
+    for prompt in PROMPTS:
+        expected, got = complete(plain, prompt), complete(drafted, prompt)
+        assert got["choices"][0]["text"] == expected["choices"][0]["text"]
+        assert got["usage"]["completion_tokens"] == expected["usage"]["completion_tokens"]
+        assert "speculative" not in expected["usage"]
+        spec = got["usage"]["speculative"]
+        assert spec["draft_steps"] > 0
+        assert 0 <= spec["accepted"] <= spec["proposed"]
+        assert spec["acceptance_length"] == pytest.approx(
+            1 + spec["accepted"] / spec["draft_steps"], abs=1e-3)
+
+
+@pytest.mark.slow
+def test_a_stream_resumed_after_a_daemon_kill_still_speculates_and_is_unchanged(
+    servers: tuple[LucernaServer, LucernaServer],
+) -> None:
+    _, drafted = servers
+    uninterrupted, _ = stream(drafted, PROMPTS[0])
+    resumed, usage = stream(drafted, PROMPTS[0], kill_after=4)
+    assert resumed == uninterrupted
+    assert usage["speculative"]["draft_steps"] > 0  # the restarted daemon drafted too
+    assert "resuming on the restarted daemon" in drafted.log()
