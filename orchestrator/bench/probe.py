@@ -6,10 +6,12 @@ as the server. So the runner starts this module as a separate process::
 
     python -m orchestrator.bench.probe URL [--pid PID] [--interval S]
 
-It probes until its stdin closes, then prints one JSON object: every probe's
-latency and status, and the resident memory (RSS) of the server's process tree
-(the process and all its descendants: for Lucerna the front end and its daemons)
-over time.
+Once its first probe has been answered it prints ``READY_LINE``, so the runner can
+start the load only when the probe is watching (starting Python takes longer than
+some whole runs); it probes until its stdin closes, then prints one JSON object:
+every probe's latency and status, and the resident memory (RSS) of the server's
+process tree (the process and all its descendants: for Lucerna the front end and
+its daemons) over time.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import psutil
 
-__all__ = ["main", "tree_cpu_seconds", "tree_rss"]
+__all__ = ["READY_LINE", "main", "tree_cpu_seconds", "tree_rss"]
+
+READY_LINE = b"probing\n"
 
 
 def tree_rss(pid: int) -> int | None:
@@ -67,7 +72,8 @@ def tree_cpu_seconds(pid: int) -> tuple[float, float] | None:
     return own, total
 
 
-def probe(url: str, pid: int | None, interval: float, stop: threading.Event) -> dict[str, Any]:
+def probe(url: str, pid: int | None, interval: float, stop: threading.Event,
+          on_first: Callable[[], None] = lambda: None) -> dict[str, Any]:
     latencies: list[float] = []
     statuses: dict[str, int] = {}
     rss: list[tuple[float, int]] = []
@@ -83,6 +89,8 @@ def probe(url: str, pid: int | None, interval: float, stop: threading.Event) -> 
             statuses[status] = statuses.get(status, 0) + 1
             if pid is not None and (resident := tree_rss(pid)) is not None:
                 rss.append((round(time.perf_counter() - t0, 3), resident))
+            if len(latencies) == 1:
+                on_first()
             stop.wait(max(0.0, interval - (time.perf_counter() - started)))
     return {"url": url, "interval_s": interval, "latencies_s": latencies,
             "statuses": statuses, "pid": pid, "rss": rss}
@@ -100,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdin.read()
         stop.set()
 
+    def say_ready() -> None:
+        sys.stdout.buffer.write(READY_LINE)
+        sys.stdout.flush()
+
     threading.Thread(target=stop_at_eof, daemon=True).start()
-    result = probe(args.url, args.pid, args.interval, stop)
+    result = probe(args.url, args.pid, args.interval, stop, say_ready)
     json.dump(result, sys.stdout)
     sys.stdout.flush()
     return 0

@@ -30,7 +30,7 @@ import trio
 
 from orchestrator.bench.client import Api, Endpoint, stream_request
 from orchestrator.bench.interference import InterferenceMeter
-from orchestrator.bench.probe import tree_cpu_seconds
+from orchestrator.bench.probe import READY_LINE, tree_cpu_seconds
 from orchestrator.bench.prompts import Prompt, prompt_set
 from orchestrator.bench.stats import RequestTiming, Summary, percentile, summarize
 
@@ -38,6 +38,8 @@ __all__ = ["BenchPlan", "CaseRun", "Driver", "HttpDriver", "ProbeRecord", "run_b
 
 Progress = Callable[[str], None]
 _WARMUP_TOKENS = 8
+# How long the probe process may take to start and see its first /health answer.
+_PROBE_START_S = 60.0
 
 
 class Driver(Protocol):
@@ -164,11 +166,22 @@ class _Probe:
             argv += ["--pid", str(driver.pid)]
         self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
+    async def started(self) -> None:
+        """Wait until the probe has seen its first answer: a run shorter than the probe's
+        own start (a Python interpreter, httpx, psutil) would otherwise go unwatched."""
+        process = self._process
+        if process is None or process.stdout is None:
+            return
+        with trio.move_on_after(_PROBE_START_S):
+            # Abandoning the thread is safe: the line it waits for only ever ends it.
+            await trio.to_thread.run_sync(process.stdout.readline, abandon_on_cancel=True)
+
     async def stop(self) -> ProbeRecord | None:
         process = self._process
         if process is None:
             return None
         out, _ = await trio.to_thread.run_sync(process.communicate, b"")
+        out = out.removeprefix(READY_LINE)
         if process.returncode != 0 or not out:
             return None
         data = json.loads(out)
@@ -213,6 +226,8 @@ async def _sequential(drivers: Sequence[Driver], set_name: str, requests: list[P
     runs = {d.label: CaseRun(d.label, set_name, 1) for d in drivers}
     probes = {d.label: _Probe(d, plan.probe_interval_s)
               for d in drivers} if plan.probe_sequential else {}
+    for probe in probes.values():
+        await probe.started()
     meters = {d.label: _CpuMeter(d) for d in drivers}
     others = InterferenceMeter(d.pid for d in drivers)
     try:
@@ -237,6 +252,7 @@ async def _concurrent(driver: Driver, set_name: str, requests: list[Prompt], wor
     run = CaseRun(driver.label, set_name, workers)
     pending = list(reversed(requests))
     probe = _Probe(driver, plan.probe_interval_s)
+    await probe.started()
     meter = _CpuMeter(driver)
     others = InterferenceMeter([driver.pid])
 
