@@ -6,7 +6,7 @@ a docstring with doctests; the model writes the body), stored as data in
 every server sees the same text, tokenized by the same vocabulary, with no chat
 template in between.
 
-``long-4k`` .. ``long-64k``: one long-context prompt each, built by a seeded
+``long-4k`` .. ``long-128k``: one long-context prompt each, built by a seeded
 generator from a small grammar of sentences (a lighthouse keeper's log, with one
 "needle" fact in the middle and a question about it at the end). The text is the
 same on every machine and Python version (``random.Random`` seeded with a string),
@@ -55,6 +55,7 @@ LONG_TARGETS: dict[str, tuple[int, int]] = {
     "long-16k": (16_000, 16_384),
     "long-32k": (32_000, 32_768),
     "long-64k": (64_000, 65_536),
+    "long-128k": (128_000, 131_072),
 }
 SET_NAMES = ("code", *LONG_TARGETS)
 _CODE_N_CTX = 4_096

@@ -57,6 +57,9 @@ const std::vector<Shape> & shapes() {
          LLM_ARCH_DFLASH, "q8_0",
          {"token_embd.weight", "output.weight", "attn_sinks.weight", "layer_output_scale.weight",
           "post_attention_norm.weight", "post_ffw_norm.weight", "rope_freqs.weight"}},
+        {"qwen3-0.6b", "Qwen3-0.6B shape (qwen3 arch, 28 layers, 1024 wide, tied embeddings): the PFlash drafter, "
+                       "random weights, Q8_0",
+         LLM_ARCH_QWEN3, "q8_0", {"output.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias"}},
     };
     return all;
 }
@@ -112,10 +115,25 @@ std::vector<u32> draft_target_layers(int32_t n_target_layers) {
 void add_keys(llama_model_saver & ms, const Shape & shape, const ShapeOptions & opts) {
     ms.add_kv(LLM_KV_GENERAL_ARCHITECTURE, llm_arch_name(shape.arch));
     ms.add_kv(LLM_KV_GENERAL_NAME, (std::string("lucerna-bench-") + shape.name).c_str());
+    ms.add_kv(LLM_KV_ATTENTION_LAYERNORM_RMS_EPS, 1e-6f);
+    if (shape.arch == LLM_ARCH_QWEN3) {
+        // Qwen3-0.6B's config.json: 28 layers, hidden 1024, intermediate 3072, 16 query /
+        // 8 KV heads of 128, rope theta 1e6, tied embeddings. 131072 positions (the
+        // checkpoint's 40960 with YaRN, which random weights do not need) for 128K runs.
+        ms.add_kv(LLM_KV_CONTEXT_LENGTH, u32(131072));
+        ms.add_kv(LLM_KV_EMBEDDING_LENGTH, u32(1024));
+        ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, u32(3072));
+        ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 1000000.0f);
+        ms.add_kv(LLM_KV_BLOCK_COUNT, u32(28));
+        ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT, u32(16));
+        ms.add_kv(LLM_KV_ATTENTION_HEAD_COUNT_KV, u32(8));
+        ms.add_kv(LLM_KV_ATTENTION_KEY_LENGTH, u32(128));
+        ms.add_kv(LLM_KV_ATTENTION_VALUE_LENGTH, u32(128));
+        return;
+    }
     ms.add_kv(LLM_KV_CONTEXT_LENGTH, u32(262144));
     ms.add_kv(LLM_KV_EMBEDDING_LENGTH, kEmbd);
     ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
-    ms.add_kv(LLM_KV_ATTENTION_LAYERNORM_RMS_EPS, 1e-6f);
     ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000000.0f);
     if (shape.arch == LLM_ARCH_QWEN35) {
         ms.add_kv(LLM_KV_BLOCK_COUNT, static_cast<u32>(opts.target_layers));
@@ -144,8 +162,8 @@ void add_keys(llama_model_saver & ms, const Shape & shape, const ShapeOptions & 
     }
 }
 
-// The engine's Qwen tokenizer, its token list padded to kVocab with unused tokens.
-void add_padded_tokenizer(gguf_context * meta, const std::string & vocab_dir) {
+// The engine's Qwen tokenizer, its token list padded to `n_vocab` with unused tokens.
+void add_padded_tokenizer(gguf_context * meta, const std::string & vocab_dir, u32 n_vocab) {
     const gguf_context_ptr vocab = open_gguf_metadata(vocab_dir + "/ggml-vocab-qwen35.gguf");
     copy_kvs_with_prefix(meta, vocab.get(), "tokenizer.");
     const int64_t tokens_key = gguf_find_key(meta, "tokenizer.ggml.tokens");
@@ -157,7 +175,7 @@ void add_padded_tokenizer(gguf_context * meta, const std::string & vocab_dir) {
     }
     std::vector<int32_t> types(static_cast<const int32_t *>(gguf_get_arr_data(meta, types_key)),
                                static_cast<const int32_t *>(gguf_get_arr_data(meta, types_key)) + n_real);
-    for (size_t i = n_real; i < kVocab; ++i) {
+    for (size_t i = n_real; i < n_vocab; ++i) {
         names.push_back("<|lucerna_pad_" + std::to_string(i) + "|>");
         types.push_back(LLAMA_TOKEN_TYPE_UNUSED);
     }
@@ -245,6 +263,7 @@ std::vector<std::pair<std::string, std::string>> bench_shapes() {
 std::string write_bench_shape(const ShapeOptions & opts) {
     const auto t0 = std::chrono::steady_clock::now();
     const Shape & shape = shape_named(opts.shape);
+    const bool drafter = shape.arch == LLM_ARCH_QWEN3;
     if (opts.target_layers < 4 || opts.target_layers % 4 != 0) {
         throw std::runtime_error("--layers must be a multiple of 4 (every 4th layer is full attention)");
     }
@@ -255,7 +274,9 @@ std::string write_bench_shape(const ShapeOptions & opts) {
         llama_model_saver ms(shape.arch, meta.get());
         add_keys(ms, shape, opts);
     }
-    add_padded_tokenizer(meta.get(), opts.vocab_dir);
+    // The drafter keeps Qwen3's own 151936-token vocabulary (PFlash round-trips text
+    // between vocabularies); the 27B shapes pad it to Qwen3.5's 248320 rows.
+    add_padded_tokenizer(meta.get(), opts.vocab_dir, drafter ? 0 : kVocab);
 
     // The engine creates every tensor the metadata implies, without memory for weights.
     llama_model_params mparams = cpu_model_params();

@@ -11,8 +11,11 @@
 //               248070, reading target layers 2, 17, 32, 47, 62 (the inputs of layers
 //               after HF's target_layer_ids 1, 16, 31, 46, 61); shares the target's
 //               embeddings and head. Default type: Q8_0.
+//   qwen3-0.6b  the PFlash drafter: Qwen3-0.6B's shape (qwen3 arch, 28 layers, hidden
+//               1024, FFN 3072, 16 query / 8 KV heads of 128, tied embeddings), its own
+//               151936-token vocabulary. Default type: Q8_0.
 //
-// The vocabulary is the engine's Qwen tokenizer (151936 tokens) padded with unused
+// The 27B shapes take the engine's Qwen tokenizer (151936 tokens) padded with unused
 // tokens to 248320 rows, so the embedding table and LM head have the real size.
 #pragma once
 
@@ -23,7 +26,7 @@
 namespace lucerna::mkmodels {
 
 struct ShapeOptions {
-    std::string shape;         // qwen36-27b | dflash-27b
+    std::string shape;         // qwen36-27b | dflash-27b | qwen3-0.6b
     std::string out_dir;
     std::string vocab_dir;
     uint64_t seed = 42;

@@ -1,7 +1,7 @@
 // lucerna-mkmodels: writes the small random-weight test GGUFs the test suite runs on.
 //
 //   lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]
-//   lucerna-mkmodels --shape qwen36-27b|dflash-27b --out DIR [--layers N] [--ftype T]
+//   lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]
 //                    [--threads N] [--seed N]
 //   lucerna-mkmodels --list | --version
 //
@@ -47,7 +47,7 @@ void usage(FILE * to) {
     std::fprintf(to,
                  "usage: lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]\n"
                  "                        [--vocab-dir DIR]\n"
-                 "       lucerna-mkmodels --shape qwen36-27b|dflash-27b --out DIR [--layers N] [--ftype T]\n"
+                 "       lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]\n"
                  "                        [--threads N] [--seed N]\n"
                  "       lucerna-mkmodels --list | --version\n");
 }
