@@ -2,7 +2,7 @@
 
 The benchmark client is itself busy (it parses every streamed chunk of up to 64
 concurrent requests); a prober inside it would measure its own event loop as much
-as the server. So the runner starts this module as a separate process::
+as the server. So the runner runs ``main`` in a separate process; by hand::
 
     python -m orchestrator.bench.probe URL [--pid PID] [--interval S]
 

@@ -40,6 +40,7 @@ Progress = Callable[[str], None]
 _WARMUP_TOKENS = 8
 # How long the probe process may take to start and see its first /health answer.
 _PROBE_START_S = 60.0
+_PROBE_MAIN = "import sys; from orchestrator.bench.probe import main; sys.exit(main())"
 
 
 class Driver(Protocol):
@@ -160,8 +161,9 @@ class _Probe:
         self._process: subprocess.Popen[bytes] | None = None
         if driver.health_url is None:
             return
-        argv = [sys.executable, "-m", "orchestrator.bench.probe", driver.health_url,
-                "--interval", str(interval)]
+        # Not `-m orchestrator.bench.probe`: the package imports the probe module before
+        # runpy runs it as __main__, and Python warns about that on every run.
+        argv = [sys.executable, "-c", _PROBE_MAIN, driver.health_url, "--interval", str(interval)]
         if driver.pid is not None:
             argv += ["--pid", str(driver.pid)]
         self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -153,6 +153,18 @@ def test_report_has_every_run_and_ratios_of_candidate_over_baseline() -> None:
     assert "| 120 |" in table  # RSS max in MiB
 
 
+def test_concurrent_runs_have_ratios_but_no_pairs() -> None:
+    # Concurrent runs come one target after the other, their requests in finishing
+    # order: the i-th requests of the two did not run side by side.
+    a, b = case("lucerna", 0.01, 0.2), case("llama-server", 0.02, 0.1)
+    runs = [CaseRun(r.target, "code", 8, r.timings, wall_s=2.0) for r in (a, b)]
+    doc = bench_document(runs, targets=[{"label": "lucerna"}, {"label": "llama-server"}],
+                         settings={}, started=0.0)
+    (ratio,) = doc["ratios"]
+    assert ratio["paired"] is None and ratio["ratios"]["throughput_tps"] == pytest.approx(1.0)
+    assert "| code | 8 | 2.000 |" in markdown_tables(doc)
+
+
 def test_interference_is_a_share_of_the_machine() -> None:
     meter = InterferenceMeter([None])
     meter.start()
