@@ -75,8 +75,11 @@ def assert_gone(pid: int) -> None:
 
 
 def start_server(test_models: dict[str, Path], tmp_path: Path, timeout: float) -> LucernaServer:
+    # The output cap lifted to the context: a long stream must really be long (the
+    # default cap, a quarter of the context, is well under a second of this model).
     server = LucernaServer(tmp_path / "serve.log", "--model", str(test_models["qwen3"]),
-                           "--n-ctx", "2048", "--shutdown-timeout", str(timeout))
+                           "--n-ctx", "4096", "--max-output-tokens", "4000",
+                           "--shutdown-timeout", str(timeout))
     server.wait_healthy()
     return server
 
@@ -125,7 +128,7 @@ def test_a_stream_longer_than_the_timeout_is_cut(
     server = start_server(test_models, tmp_path, timeout=1.0)
     try:
         pid = daemon_pid(server)
-        watch = StreamWatch(server, max_tokens=1800)  # many seconds of generation
+        watch = StreamWatch(server, max_tokens=3900)  # ~5 s at this model's 800 tok/s
         thread = watch.start()
         server.process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
