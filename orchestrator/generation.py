@@ -156,13 +156,17 @@ async def prompt_ids(
 
 
 async def tokenize_text(model: ServedModel, text: str, *, template_bos: str = "") -> list[int]:
-    client = await model.supervisor.wait_ready()
     # A template that writes the BOS text itself must not get a second BOS.
     add_bos = False if template_bos and text.startswith(template_bos) else None
-    try:
-        return await client.tokenize(text, special=True, add_bos=add_bos)
-    except DaemonDiedError as exc:
-        raise ServiceUnavailableError(f"model {model.name!r} is not available: {exc}") from exc
+    # A daemon that dies mid-tokenize is retried on its restart, as a generation is.
+    died: DaemonDiedError | None = None
+    for _ in range(MAX_RECOVERIES + 1):
+        client = await model.supervisor.wait_ready()
+        try:
+            return await client.tokenize(text, special=True, add_bos=add_bos)
+        except DaemonDiedError as exc:
+            died = exc
+    raise ServiceUnavailableError(f"model {model.name!r} is not available: {died}") from died
 
 
 def completion_budget(model: ServedModel, request: GenerationRequest) -> int:

@@ -89,16 +89,39 @@ def test_daemon_killed_while_idle_is_restarted(own_server: LucernaServer) -> Non
     # which the supervisor restarts as well but reports as an exit, not a kill.)
     first_pid = daemon_state(own_server)["pid"]
     os.kill(first_pid, signal.SIGKILL)
-    # Sent at once: it waits through the restart instead of getting a 503.
-    response = httpx.post(f"{own_server.base_url}/v1/chat/completions",
-                          json={**REQUEST, "max_tokens": 4}, timeout=60)
-    assert response.status_code == 200, response.text
-    assert response.json()["choices"][0]["message"]["content"]
     wait_for(lambda: daemon_state(own_server)["restarts"] == 1
              and daemon_state(own_server)["state"] == "ready")
     state = daemon_state(own_server)
     assert "SIGKILL" in state["last_exit"] and state["crashes"] == 1
     assert state["pid"] != first_pid
+    response = httpx.post(f"{own_server.base_url}/v1/chat/completions",
+                          json={**REQUEST, "max_tokens": 4}, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"]
+
+
+@pytest.mark.slow
+def test_a_request_sent_while_the_daemon_restarts_waits_for_it(
+    native, default_model, tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    # A restart delay holds the daemon down long enough to send the request into it.
+    config = tmp_path / "lucerna.toml"
+    config.write_text('[[models]]\nname = "gemma3-270m"\npath = "default"\nn_ctx = 2048\n'
+                      "restart = { first_delay_s = 3 }\n")
+    server = LucernaServer(tmp_path / "serve.log", "--config", str(config))
+    try:
+        server.wait_healthy()
+        os.kill(daemon_state(server)["pid"], signal.SIGKILL)
+        wait_for(lambda: daemon_state(server)["state"] == "restarting")
+        sent = time.monotonic()
+        response = httpx.post(f"{server.base_url}/v1/chat/completions",
+                              json={**REQUEST, "max_tokens": 4}, timeout=60)
+        assert response.status_code == 200, response.text  # not a 503
+        assert response.json()["choices"][0]["message"]["content"]
+        assert time.monotonic() - sent > 1.0  # it was answered by the restarted daemon
+        assert daemon_state(server)["restarts"] == 1
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow
