@@ -18,13 +18,22 @@ import pytest
 from tests.native.conftest import Daemon
 
 
-@pytest.mark.slow
-def test_the_pflash_drafter_shape_is_qwen3_0_6b_and_compresses(native: Any, tmp_path: Path) -> None:
-    done = subprocess.run([str(native.mkmodels), "--shape", "qwen3-0.6b", "--out", str(tmp_path),
-                           "--threads", "2"], capture_output=True, text=True, timeout=600)
+def write_drafter(native: Any, out: Path, *flags: str) -> Path:
+    done = subprocess.run([str(native.mkmodels), "--shape", "qwen3-0.6b", "--out", str(out),
+                           "--threads", "2", *flags], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    path = tmp_path / "qwen3-0.6b.gguf"
-    assert not (tmp_path / "qwen3-0.6b.gguf.partial").exists()
+    assert not (out / "qwen3-0.6b.gguf.partial").exists()
+    return out / "qwen3-0.6b.gguf"
+
+
+@pytest.fixture(scope="module")
+def drafter(native: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_drafter(native, tmp_path_factory.mktemp("drafter"))
+
+
+@pytest.mark.slow
+def test_the_pflash_drafter_shape_is_qwen3_0_6b_and_compresses(native: Any, drafter: Path) -> None:
+    path = drafter
 
     reader = gguf.GGUFReader(path)
     fields = {name: reader.fields[name].contents() for name in (
@@ -48,5 +57,36 @@ def test_the_pflash_drafter_shape_is_qwen3_0_6b_and_compresses(native: Any, tmp_
         kept, reply = daemon.stream_command(f"compress {prompt} 250")
         assert daemon.ok(reply, "compress")["n_out"] == str(len(kept))
         assert 0 < len(kept) < 256
+    finally:
+        daemon.close()
+
+
+def tensor_layout(path: Path) -> list[tuple[str, int, list[int], int]]:
+    reader = gguf.GGUFReader(path)
+    return [(t.name, int(t.tensor_type), [int(n) for n in t.shape], int(t.data_offset))
+            for t in reader.tensors]
+
+
+@pytest.mark.slow
+def test_a_piece_pool_writes_the_same_layout_from_fewer_distinct_pieces(
+        native: Any, drafter: Path, tmp_path: Path) -> None:
+    # --piece-pool trades distinct values for minutes on the 27B target; the file must
+    # still be the same model to the engine: same tensors, types, shapes and offsets.
+    pooled = write_drafter(native, tmp_path, "--piece-pool", "2")
+    assert pooled.stat().st_size == drafter.stat().st_size
+    assert tensor_layout(pooled) == tensor_layout(drafter)
+    # The pool is real: blk.0 and blk.1's gate weights (same kind) now share their bytes
+    # with at most two distinct pieces between all pieces of that kind.
+    reader = gguf.GGUFReader(pooled)
+    gates = [bytes(t.data) for t in reader.tensors if t.name.endswith("ffn_gate.weight")]
+    piece = len(gates[0]) // 3  # 3072 rows of 1024: three pieces of 1024 rows (2^20 values)
+    distinct = {gate[i * piece:(i + 1) * piece] for gate in gates for i in range(3)}
+    assert len(distinct) <= 2
+    daemon = Daemon(native.binary("pflash"), pooled, "--n-ctx=1024", "--threads=1")
+    try:
+        daemon.ready()
+        prompt = "ids:" + ",".join(str(1000 + i) for i in range(256))
+        kept, reply = daemon.stream_command(f"compress {prompt} 250")
+        assert daemon.ok(reply, "compress")["n_out"] == str(len(kept))
     finally:
         daemon.close()

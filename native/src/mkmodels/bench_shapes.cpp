@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "ggml-cpp.h"
@@ -196,6 +198,7 @@ struct Piece {
     size_t file_offset;          // where row 0 of the tensor goes
     int64_t row;
     int64_t n_rows;
+    size_t pool_entry = 0;       // with --piece-pool: which pooled piece holds its bytes
 };
 
 uint64_t splitmix64(uint64_t & state) {
@@ -218,7 +221,8 @@ void fill_random(float * out, int64_t n, uint64_t seed, float mean, float stddev
     }
 }
 
-void write_piece(int fd, const Piece & piece, uint64_t seed, std::vector<float> & values, std::vector<uint8_t> & bytes) {
+// The bytes of one piece: random values at the tensor's init scale, in its stored type.
+void encode_piece(const Piece & piece, uint64_t seed, std::vector<float> & values, std::vector<uint8_t> & bytes) {
     const int64_t n_per_row = piece.tensor->ne[0];
     const int64_t n = piece.n_rows * n_per_row;
     values.resize(static_cast<size_t>(n));
@@ -240,6 +244,10 @@ void write_piece(int fd, const Piece & piece, uint64_t seed, std::vector<float> 
         default:
             ggml_quantize_chunk(piece.type, values.data(), bytes.data(), 0, piece.n_rows, n_per_row, nullptr);
     }
+}
+
+void write_piece(int fd, const Piece & piece, const std::vector<uint8_t> & bytes) {
+    const size_t row_size = ggml_row_size(piece.type, piece.tensor->ne[0]);
     const size_t at = piece.file_offset + static_cast<size_t>(piece.row) * row_size;
     for (size_t done = 0; done < bytes.size();) {
         const ssize_t wrote = ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(at + done));
@@ -372,38 +380,78 @@ std::string write_bench_shape(const ShapeOptions & opts) {
                  tensors.size(), static_cast<double>(n_params) / 1e9, static_cast<double>(total_bytes) / 1e9,
                  pieces.size());
 
+    // With a piece pool, pieces of one kind (stored type, rows, row width, init) take
+    // their bytes from `piece_pool` random pieces of that kind, encoded once: quantizing
+    // 27 billion values is most of the three minutes a distinct-valued target takes, and
+    // a forward pass costs the same whatever the weights' values are.
+    std::vector<Piece> pooled;  // the pieces that are encoded: all of them without a pool
+    if (opts.piece_pool > 0) {
+        std::map<std::tuple<int, int64_t, int64_t, float, float, uint64_t>, size_t> entries;
+        for (auto & piece : pieces) {
+            const WeightInit init = weight_init_for(*piece.tensor);
+            const uint64_t variant = (fnv1a64(piece.tensor->name) ^ static_cast<uint64_t>(piece.row) * 0x9e3779b97f4a7c15ULL) %
+                                     static_cast<uint64_t>(opts.piece_pool);
+            const auto key = std::make_tuple(static_cast<int>(piece.type), piece.tensor->ne[0], piece.n_rows,
+                                             init.mean, init.stddev, variant);
+            const auto [it, added] = entries.emplace(key, pooled.size());
+            if (added) {
+                pooled.push_back(piece);
+            }
+            piece.pool_entry = it->second;
+        }
+        std::fprintf(stderr, "mkmodels: %s: %zu pieces drawn from %zu pooled ones\n", shape.name, pieces.size(),
+                     pooled.size());
+    }
+    std::vector<std::vector<uint8_t>> pool_bytes(pooled.size());
+
     const int32_t n_threads = opts.threads > 0 ? opts.threads
                                                : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-    std::atomic<size_t> next{0};
-    std::atomic<size_t> done{0};
     std::mutex error_mutex;
     std::string error;
-    auto worker = [&] {
-        std::vector<float> values;
-        std::vector<uint8_t> bytes;
-        for (size_t i = next++; i < pieces.size(); i = next++) {
-            try {
-                write_piece(fd, pieces[i], opts.seed, values, bytes);
-            } catch (const std::exception & e) {
-                const std::lock_guard<std::mutex> lock(error_mutex);
-                error = e.what();
-                next = pieces.size();
-                return;
+    // Runs `work(i)` for i in [0, n) on the threads; the first error stops the rest.
+    auto in_parallel = [&](size_t n, const auto & work) {
+        std::atomic<size_t> next{0};
+        std::atomic<size_t> done{0};
+        auto worker = [&] {
+            std::vector<float> values;
+            std::vector<uint8_t> bytes;
+            for (size_t i = next++; i < n; i = next++) {
+                try {
+                    work(i, values, bytes);
+                } catch (const std::exception & e) {
+                    const std::lock_guard<std::mutex> lock(error_mutex);
+                    error = e.what();
+                    next = n;
+                    return;
+                }
+                const size_t finished = ++done;
+                if (finished % std::max<size_t>(1, n / 20) == 0) {
+                    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                    std::fprintf(stderr, "mkmodels: %s %3.0f%% (%.0f s)\n", shape.name,
+                                 100.0 * static_cast<double>(finished) / static_cast<double>(n), secs);
+                }
             }
-            const size_t finished = ++done;
-            if (finished % std::max<size_t>(1, pieces.size() / 20) == 0) {
-                const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                std::fprintf(stderr, "mkmodels: %s %3.0f%% (%.0f s)\n", shape.name,
-                             100.0 * static_cast<double>(finished) / static_cast<double>(pieces.size()), secs);
-            }
+        };
+        std::vector<std::thread> threads;
+        for (int32_t t = 0; t < n_threads; ++t) {
+            threads.emplace_back(worker);
+        }
+        for (auto & thread : threads) {
+            thread.join();
         }
     };
-    std::vector<std::thread> pool;
-    for (int32_t t = 0; t < n_threads; ++t) {
-        pool.emplace_back(worker);
-    }
-    for (auto & thread : pool) {
-        thread.join();
+    in_parallel(pooled.size(), [&](size_t i, std::vector<float> & values, std::vector<uint8_t> &) {
+        encode_piece(pooled[i], opts.seed, values, pool_bytes[i]);
+    });
+    if (error.empty()) {
+        in_parallel(pieces.size(), [&](size_t i, std::vector<float> & values, std::vector<uint8_t> & bytes) {
+            if (pooled.empty()) {
+                encode_piece(pieces[i], opts.seed, values, bytes);
+                write_piece(fd, pieces[i], bytes);
+            } else {
+                write_piece(fd, pieces[i], pool_bytes[pieces[i].pool_entry]);
+            }
+        });
     }
     const bool synced = ::fsync(fd) == 0;
     ::close(fd);

@@ -2,11 +2,12 @@
 //
 //   lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]
 //   lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]
-//                    [--threads N] [--seed N]
+//                    [--threads N] [--seed N] [--piece-pool N]
 //   lucerna-mkmodels --list | --version
 //
 // --shape writes one full-size benchmark model (mkmodels/bench_shapes.h) instead of the
-// test models, quantized as it is written.
+// test models, quantized as it is written. --piece-pool N: the pieces of one kind share
+// N random ones, encoded once (a timing-only file in seconds instead of minutes).
 //
 // Progress and engine logs go to stderr. With --verify, each written file is loaded
 // back from disk and (for generating models) greedily decoded in a real llama_context;
@@ -48,7 +49,7 @@ void usage(FILE * to) {
                  "usage: lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]\n"
                  "                        [--vocab-dir DIR]\n"
                  "       lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]\n"
-                 "                        [--threads N] [--seed N]\n"
+                 "                        [--threads N] [--seed N] [--piece-pool N]\n"
                  "       lucerna-mkmodels --list | --version\n");
 }
 
@@ -126,7 +127,7 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
         } else if (arg == "--ftype") {
             if (!need_value()) return exit_code = 2, false;
             opts.shape.ftype = value;
-        } else if (arg == "--layers" || arg == "--threads") {
+        } else if (arg == "--layers" || arg == "--threads" || arg == "--piece-pool") {
             if (!need_value()) return exit_code = 2, false;
             char * end = nullptr;
             const long parsed = std::strtol(value.c_str(), &end, 10);
@@ -135,7 +136,9 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
                              value.c_str());
                 return exit_code = 2, false;
             }
-            (arg == "--layers" ? opts.shape.target_layers : opts.shape.threads) = static_cast<int32_t>(parsed);
+            (arg == "--layers" ? opts.shape.target_layers
+                               : (arg == "--threads" ? opts.shape.threads : opts.shape.piece_pool)) =
+                static_cast<int32_t>(parsed);
         } else if (arg == "--verify") {
             opts.verify = true;
         } else if (arg == "--verbose") {
