@@ -9,6 +9,8 @@
 #include "core/log.h"
 #include "ggml-backend.h"
 #include "ggml.h"
+// llama_context itself: the flash-attention switch (set_flash_attn below).
+#include "llama-context.h"
 
 namespace lucerna {
 namespace {
@@ -91,7 +93,9 @@ private:
     int32_t layers_used_ = 0;
 };
 
-int32_t scoring_ubatch(const llama_model * model, uint32_t n_ctx, int32_t n_query) {
+// The ubatch of a prefill that forms ubatch x n_kv x n_head probabilities per layer
+// (no flash attention): small enough to keep that block near the budget.
+int32_t bounded_ubatch(const llama_model * model, uint32_t n_ctx, int32_t n_query) {
     const size_t per_token =
         static_cast<size_t>(n_ctx) * static_cast<size_t>(std::max(1, llama_model_n_head(model))) * sizeof(float);
     int32_t ubatch = kMaxUbatch;
@@ -99,6 +103,36 @@ int32_t scoring_ubatch(const llama_model * model, uint32_t n_ctx, int32_t n_quer
         ubatch /= 2;
     }
     return std::max(ubatch, n_query);  // the final micro-batch must hold every query
+}
+
+llama_context_ptr scoring_context(llama_model * model, uint32_t n_ctx, int32_t ubatch, llama_flash_attn_type flash_attn,
+                                  int32_t n_threads, AttentionTap & tap) {
+    llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx = n_ctx;
+    cparams.n_batch = static_cast<uint32_t>(ubatch);
+    cparams.n_ubatch = static_cast<uint32_t>(ubatch);
+    cparams.n_seq_max = 1;
+    // Only the last position's logits are ever asked for; the engine otherwise reserves
+    // ubatch x n_vocab of them (512 MiB for Gemma 3's 262K vocabulary).
+    cparams.n_outputs_max = 1;
+    cparams.n_threads = n_threads;
+    cparams.n_threads_batch = n_threads;
+    cparams.no_perf = true;
+    cparams.flash_attn_type = flash_attn;
+    cparams.swa_full = false;  // windowed layers do not score; keep their caches small
+    cparams.cb_eval = AttentionTap::callback;
+    cparams.cb_eval_user_data = &tap;
+    return llama_context_ptr(llama_init_from_model(model, cparams));
+}
+
+// The engine decides flash attention once, when a context is made, and offers no
+// switch; its graph builder reads the flag on every graph it builds, and its non-flash
+// path reads a cache laid out for flash attention (V not transposed) correctly. So the
+// prompt is prefilled with flash attention and only the final micro-batch, the one the
+// tap reads, is built without it. (The pinned engine is fixed, so this private field
+// cannot move under us; tests/native compress tests check the scores are real.)
+void set_flash_attn(llama_context * ctx, bool on) {
+    const_cast<llama_cparams &>(ctx->get_cparams()).flash_attn = on;
 }
 
 void decode_or_throw(llama_context * ctx, const Batch & batch, const char * what) {
@@ -120,23 +154,16 @@ AttentionScores score_prompt_attention(llama_model * model, const std::vector<in
     AttentionTap tap(n_prompt, out.per_token);
 
     const uint32_t n_ctx = (static_cast<uint32_t>(n_prompt) + 255u) / 256u * 256u;
-    const int32_t ubatch = scoring_ubatch(model, n_ctx, out.n_query);
-    llama_context_params cparams = llama_context_default_params();
-    cparams.n_ctx = n_ctx;
-    cparams.n_batch = static_cast<uint32_t>(ubatch);
-    cparams.n_ubatch = static_cast<uint32_t>(ubatch);
-    cparams.n_seq_max = 1;
-    // Only the last position's logits are ever asked for; the engine otherwise reserves
-    // ubatch x n_vocab of them (512 MiB for Gemma 3's 262K vocabulary).
-    cparams.n_outputs_max = 1;
-    cparams.n_threads = n_threads;
-    cparams.n_threads_batch = n_threads;
-    cparams.no_perf = true;
-    cparams.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;  // probabilities exist only without it
-    cparams.swa_full = false;                                  // windowed layers do not score; keep their caches small
-    cparams.cb_eval = AttentionTap::callback;
-    cparams.cb_eval_user_data = &tap;
-    const llama_context_ptr ctx(llama_init_from_model(model, cparams));
+    // Flash attention where the engine can: prefill then costs what a normal prefill
+    // costs (at 64K tokens the probabilities-forming prefill took 20 s on an H200).
+    int32_t ubatch = std::max(kMaxUbatch, out.n_query);
+    llama_context_ptr ctx = scoring_context(model, n_ctx, ubatch, LLAMA_FLASH_ATTN_TYPE_AUTO, n_threads, tap);
+    if (ctx && !ctx->get_cparams().flash_attn) {
+        ubatch = bounded_ubatch(model, n_ctx, out.n_query);
+        ctx.reset();
+        ctx = scoring_context(model, n_ctx, ubatch, LLAMA_FLASH_ATTN_TYPE_DISABLED, n_threads, tap);
+    }
+    out.flash_prefill = ctx && ctx->get_cparams().flash_attn;
     if (!ctx) {
         throw ProtocolError(ErrorCode::kContextFailed, "the engine could not create a scoring context for " +
                                                            std::to_string(n_prompt) + " tokens");
@@ -156,6 +183,9 @@ AttentionScores score_prompt_attention(llama_model * model, const std::vector<in
     for (int32_t i = n_prefill; i < n_prompt; ++i) {
         batch.add(prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == n_prompt - 1);
     }
+    // The final micro-batch has an output and no prefill micro-batch has one, so the
+    // engine cannot reuse a flash-attention graph for it.
+    set_flash_attn(ctx.get(), false);
     tap.arm();
     decode_or_throw(ctx.get(), batch, "compress scoring");
     out.layers_used = tap.layers_used();

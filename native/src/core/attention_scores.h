@@ -9,7 +9,9 @@
 // N x N matrix; and the probabilities are the engine's own (mask, soft-capping, sinks,
 // GQA), not a re-derivation. The catch: flash attention never forms the probabilities,
 // so the scoring context runs without it, and prefill then builds ubatch x n_kv
-// attention blocks per layer; its ubatch is sized to keep that block bounded.
+// attention blocks per layer; its ubatch is sized to keep that block bounded. Where the
+// engine has flash attention for the model, the prompt is prefilled with it and only the
+// final micro-batch is built without (attention_scores.cpp: set_flash_attn).
 //
 // Why a context of its own rather than the daemon's: compress must not disturb the
 // live sequence that generate, snapshot and restore work on, and the main context
@@ -41,6 +43,7 @@ struct AttentionScores {
     std::vector<float> per_token;  // one score per prompt token, in [0, 1]
     int32_t layers_used = 0;       // layers whose probabilities were counted
     int32_t n_query = 0;           // lookahead queries actually used (<= prompt length)
+    bool flash_prefill = false;    // the prompt was prefilled with flash attention
 };
 
 // Throws ProtocolError: context_failed if the scoring context cannot be created,

@@ -149,8 +149,8 @@ std::string handle_compress(Session & session, const CommandLine & cmd) {
         throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    log_line("compress: %zu -> %zu tokens in %.1f ms (%d layers scored, %d queries)", req.prompt.size(), ids.size(), ms,
-             scores.layers_used, scores.n_query);
+    log_line("compress: %zu -> %zu tokens in %.1f ms (%d layers scored, %d queries, %s prefill)", req.prompt.size(),
+             ids.size(), ms, scores.layers_used, scores.n_query, scores.flash_prefill ? "flash-attention" : "plain");
     return OkReply("compress")
         .add("n_in", static_cast<int64_t>(req.prompt.size()))
         .add("n_out", static_cast<int64_t>(ids.size()))
