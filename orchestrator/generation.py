@@ -23,6 +23,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -208,15 +209,18 @@ def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
 
 
 async def generate_events(
-    model: ServedModel, request: GenerationRequest
+    model: ServedModel, request: GenerationRequest, on_started: Callable[[], None] = lambda: None
 ) -> AsyncGenerator[Event, None]:
     """Run one generation, yielding text and tool calls as they become safe to show.
 
     Consume it with ``contextlib.aclosing``: leaving early (client gone, error)
-    then stops the daemon's generation at once.
+    then stops the daemon's generation at once. ``on_started`` is called once the
+    daemon (or the upstream server) has the request, so a streaming response can
+    send its headers while the prompt is prefilled instead of before it is sent.
     """
     if model.prefill is not None and model.prefill.upstream is not None:
         # PFlash proxy mode (orchestrator/prefill): an upstream server generates, no daemon.
+        on_started()
         async with aclosing(model.prefill.upstream_events(model, request)) as upstream:
             async for event in upstream:
                 model.observe(event)
@@ -246,6 +250,7 @@ async def generate_events(
                 grammar=request.grammar,
                 json_schema=request.json_schema,
             ) as stream:
+                on_started()
                 async for token in stream:
                     generated.append(token)
                     for event in visible(stops.feed(detokenizer.feed(token))):
@@ -345,9 +350,10 @@ async def run_generation(
         handed_over = True
         app_state = getattr(request.scope.get("app"), "state", None)
         interval = getattr(app_state, "keepalive_interval_s", DEFAULT_KEEPALIVE_INTERVAL_S)
-        pump = KeepAliveEvents(generate_events(model, generation), interval)
+        started = trio.Event()
+        pump = KeepAliveEvents(generate_events(model, generation, started.set), interval)
         return EventStreamResponse(to_sse(generation, pump.events()), on_close=ticket.release,
-                                   pump=pump)
+                                   pump=pump, headers_after=started)
     finally:
         if not handed_over:
             ticket.release()
