@@ -7,11 +7,13 @@
 // probabilities, the "kq_soft_max-<layer>" tensors of the engine's graph. That tensor
 // is only lookahead x n_kv x n_head, so a 128K-token prompt never materialises an
 // N x N matrix; and the probabilities are the engine's own (mask, soft-capping, sinks,
-// GQA), not a re-derivation. The catch: flash attention never forms the probabilities,
-// so the scoring context runs without it, and prefill then builds ubatch x n_kv
-// attention blocks per layer; its ubatch is sized to keep that block bounded. Where the
-// engine has flash attention for the model, the prompt is prefilled with it and only the
-// final micro-batch is built without (attention_scores.cpp: set_flash_attn).
+// GQA), not a re-derivation. The catch: flash attention never forms the probabilities.
+// So the prompt is prefilled with flash attention, where the engine has it for the model,
+// and only the final micro-batch is built without (attention_scores.cpp:
+// set_flash_attn); a prefill that formed ubatch x n_kv blocks per layer made compress
+// quadratic in memory traffic (on an H200, PFlash's first token at 64K came after 21.3 s;
+// 6.0 s with this, docs/benchmarks.md). Where the engine has no flash attention, the
+// whole scoring context runs without it, its ubatch sized to keep that block bounded.
 //
 // Why a context of its own rather than the daemon's: compress must not disturb the
 // live sequence that generate, snapshot and restore work on, and the main context
