@@ -7,6 +7,7 @@ exactly as a user runs them.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -125,3 +127,14 @@ def server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]: 
         yield srv
     finally:
         srv.stop()
+
+
+def openai_chunks(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The JSON chunks of an OpenAI-style SSE stream, up to ``[DONE]``; none is an error."""
+    assert response.status_code == 200, response.read()
+    for line in response.iter_lines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk: dict[str, Any] = json.loads(line[6:])
+        assert "error" not in chunk, chunk
+        yield chunk

@@ -9,7 +9,6 @@ the output does not change, not how fast it comes.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LucernaServer
+from tests.conftest import LucernaServer, openai_chunks
 
 MODEL = "qwen35"
 PROMPTS = ["lamp " * 12, "the keeper repaired the brass lens near the north pier", "1, 2, 3,"]
@@ -65,12 +64,7 @@ def stream(server: LucernaServer, prompt: str, kill_after: int | None = None,
     with httpx.stream("POST", f"{server.base_url}/v1/completions", timeout=120, json={
             "model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}) as response:
-        assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            assert "error" not in chunk, chunk
+        for chunk in openai_chunks(response):
             if chunk.get("usage"):
                 usage = chunk["usage"]
             if chunk["choices"]:

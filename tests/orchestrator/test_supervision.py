@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -12,7 +11,7 @@ import gguf
 import httpx
 import pytest
 
-from tests.conftest import LucernaServer
+from tests.conftest import LucernaServer, openai_chunks
 
 # A prompt the base model answers at length, so the kill lands mid-answer.
 MESSAGES = [{"role": "user", "content": "Count from 1 to 100, separated by commas."}]
@@ -49,12 +48,7 @@ def stream_text(server: LucernaServer, kill_after: int | None = None) -> tuple[s
     finish = ""
     with httpx.stream("POST", f"{server.base_url}/v1/chat/completions",
                       json={**REQUEST, "stream": True}, timeout=60) as response:
-        assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            assert "error" not in chunk, chunk
+        for chunk in openai_chunks(response):
             choice = chunk["choices"][0]
             pieces.append(choice["delta"].get("content") or "")
             finish = choice["finish_reason"] or finish
