@@ -24,7 +24,7 @@ import signal
 import subprocess
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TypedDict, Unpack
@@ -45,6 +45,7 @@ from protocol import (
     InlineIds,
     InlineText,
     ListSlots,
+    LoadSlot,
     OkReply,
     Park,
     ParkScope,
@@ -54,6 +55,7 @@ from protocol import (
     ReadyInfo,
     Restore,
     SamplingParams,
+    SaveSlot,
     SlotList,
     Snapshot,
     SnapshotInfo,
@@ -139,6 +141,11 @@ class DecodeOptions(TypedDict, total=False):
     snap: tuple[int, int] | None
     """``(L, S)``: snapshot into slot ``S`` once the first ``L`` prompt tokens are in;
     pick ``L`` a multiple of the daemon's ``--chunk`` for an exact restore (5.5)."""
+    reuse: bool
+    """``generate`` only: start from the longest prefix of the prompt whose state the
+    daemon holds (5.10; the daemon's default). False prefills from an empty sequence."""
+    marks: Sequence[int]
+    """``generate`` only: prompt positions where the prefill splits and keeps a checkpoint."""
 
 
 class DaemonClient:
@@ -364,7 +371,10 @@ class DaemonClient:
         """The one path of ``generate`` and ``restore``: send, stream, always end clean."""
         grammar = options.get("grammar")
         json_schema = options.get("json_schema")
-        build = Generate if slot is None else functools.partial(Restore, slot)
+        build: Callable[..., Generate | Restore] = (
+            functools.partial(Generate, reuse=options.get("reuse", True),
+                              marks=tuple(options.get("marks", ())))
+            if slot is None else functools.partial(Restore, slot))
         command = build(
             self._ids_ref(prompt),
             n_gen,
@@ -389,6 +399,15 @@ class DaemonClient:
     async def snapshot(self, slot: int) -> SnapshotInfo:
         """Copy the live sequence into ``slot`` (PROTOCOL.md 5.5)."""
         return SnapshotInfo.from_reply(await self._command(Snapshot(slot)))
+
+    async def save_slot(self, slot: int, path: str | os.PathLike[str]) -> int:
+        """Write ``slot`` to a snapshot file at ``path`` (5.10); returns the file's bytes."""
+        return (await self._command(SaveSlot(slot, path))).int_field("bytes")
+
+    async def load_slot(self, slot: int, path: str | os.PathLike[str]) -> SnapshotInfo:
+        """Read the snapshot file at ``path`` into ``slot``; ``bad_snapshot_file`` when it
+        was taken by another model, engine or setting, or is truncated or corrupt."""
+        return SnapshotInfo.from_reply(await self._command(LoadSlot(slot, path)))
 
     async def free_snapshot(self, slot: int) -> int:
         """Release ``slot``; returns the host bytes freed."""

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from daemons.errors import ModelError
 
-__all__ = ["ROLES", "DaemonLaunch", "RoleSpec", "role_named", "target_role_for"]
+__all__ = ["DEFAULT_SLOTS", "ROLES", "DaemonLaunch", "RoleSpec", "role_named", "target_role_for"]
+
+DEFAULT_SLOTS = 64
+"""The daemons' ``--slots`` default (PROTOCOL.md section 1); tests/native checks the copy."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class DaemonLaunch:
     chunk: int | None = None
     """Prefill chunk; snapshots at multiples of it restore exactly (PROTOCOL.md 5.5)."""
     slots: int | None = None
-    """Snapshot slots, numbered ``0 .. slots - 1``."""
+    """Snapshot slots, numbered ``0 .. slots - 1``; None: ``DEFAULT_SLOTS``."""
     rpc: tuple[str, ...] = ()
     """``HOST:PORT`` of ggml RPC servers (e.g. a ds4_shard) whose devices the engine adds."""
     override_tensors: tuple[str, ...] = ()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -160,6 +161,24 @@ def _template_call(call: Any, where: str) -> dict[str, Any]:
             "function": {"name": name, "arguments": {} if arguments is None else arguments}}
 
 
+@functools.lru_cache(maxsize=16)
+def _compiled(source: str) -> jinja2.Template:
+    # Compiling is most of a render's cost, and a prompt renders several prefixes
+    # (``message_boundaries``).
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env.from_string(source)
+
+
+MAX_TAIL_BOUNDARIES = 4
+"""Message boundaries marked at the end of a conversation (besides the end of its
+system part): the earlier ones were marked when those messages were new."""
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     source: str
@@ -181,15 +200,9 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-        )
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = _strftime_now
         normalized = template_messages(messages)
         try:
-            compiled = env.from_string(self.source)
+            compiled = _compiled(self.source)
             return compiled.render(
                 messages=normalized,
                 add_generation_prompt=add_generation_prompt,
@@ -201,3 +214,27 @@ class ChatTemplate:
             raise
         except jinja2.TemplateError as exc:
             raise ChatTemplateError(f"the model's chat template failed to render: {exc}") from exc
+
+
+def message_boundaries(template: ChatTemplate, messages: Sequence[Mapping[str, Any]],
+                       tools: Sequence[Mapping[str, Any]] | None, text: str) -> list[int]:
+    """Offsets in ``text`` (the conversation rendered with its generation prompt) where a
+    message ends: after the leading system messages (with the tools), and after each of
+    the last ``MAX_TAIL_BOUNDARIES`` messages. A boundary is kept only where the template
+    renders that prefix of the conversation as a prefix of ``text`` (a template may
+    render earlier turns differently once later ones follow)."""
+    n_system = next((i for i, m in enumerate(messages) if m.get("role") != "system"),
+                    len(messages))
+    counts = {n_system, *range(max(n_system + 1, len(messages) - MAX_TAIL_BOUNDARIES),
+                               len(messages))}
+    cuts = set()
+    for count in counts:
+        if count == 0 and not tools:
+            continue
+        try:
+            prefix = template.render(messages[:count], add_generation_prompt=False, tools=tools)
+        except (ChatTemplateError, BadRequestError):
+            continue
+        if 0 < len(prefix) < len(text) and text.startswith(prefix):
+            cuts.add(len(prefix))
+    return sorted(cuts)

@@ -87,6 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         n_gpu_layers=args.n_gpu_layers, queue_limit=args.queue_limit,
         max_output_tokens=args.max_output_tokens,
         restart_max_failures=args.restart_max_failures, draft=args.draft,
+        cache_ram_mib=args.cache_ram_mib, kv_cache_dir=args.kv_cache_dir,
+        kv_cache_dir_mib=args.kv_cache_dir_mib,
         prefill=prefill_overrides(args),
     ))
     server = config.server
@@ -99,6 +101,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         progress(f"serving {model.name} ({model.info.architecture}, {model.launch.model})")
         if model.prefill is not None:
             progress(f"  {model.name}: {model.prefill.describe()}")
+        if model.prefix_cache is not None:
+            progress(f"  {model.name}: {model.prefix_cache.describe()}")
     if systemd.listen_fds:
         progress(f"on the {len(systemd.listen_fds)} socket(s) systemd passed (fd "
                  f"{', '.join(map(str, systemd.listen_fds))})")
@@ -253,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "non-zero (default 5)")
     serve.add_argument("--draft", help="DFlash draft GGUF for speculative decoding (qwen35 "
                        "daemon); every generation then drafts and verifies")
+    serve.add_argument("--cache-ram", type=int, dest="cache_ram_mib", metavar="MIB",
+                       help="host RAM for the prefix cache, shared by the models (default: a "
+                       "quarter of available memory, at most 8192; 0: no prefix cache)")
+    serve.add_argument("--kv-cache-dir", metavar="DIR",
+                       help="keep prefix-cache snapshots in DIR across restarts")
+    serve.add_argument("--kv-cache-dir-mib", type=int, metavar="MIB",
+                       help="disk budget of --kv-cache-dir (default 0: no limit)")
     add_prefill_arguments(serve)
     serve.set_defaults(func=cmd_serve)
 

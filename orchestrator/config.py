@@ -11,7 +11,8 @@ The schema (configs/lucerna.toml is a commented example)::
 
     [server]                      all keys optional
     host, port, api_key | api_key_file, cors_origins, shutdown_timeout,
-    max_body_bytes, keepalive_interval, log_level
+    max_body_bytes, keepalive_interval, log_level,
+    cache_ram_mib, kv_cache_dir, kv_cache_dir_mib   (the prefix cache, per model)
 
     [[models]]                    one table per model; at least one
     name, path ("default" = the embedded gemma3-270m), role, n_ctx, threads,
@@ -42,11 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 from daemons.default_model import DEFAULT_MODEL_NAME
 from daemons.errors import DaemonsError
-from daemons.roles import ROLES, DaemonLaunch, RoleSpec, target_role_for
+from daemons.roles import DEFAULT_SLOTS, ROLES, DaemonLaunch, RoleSpec, target_role_for
 from orchestrator.api._http import MAX_BODY_BYTES
 from orchestrator.errors import ConfigError
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S
 from orchestrator.prefill import PrefillOverrides, PrefillSettings, parse_prefill_table
+from orchestrator.prefix_cache import CacheSettings, PrefixCache, default_ram_bytes
 from orchestrator.supervisor import RestartPolicy
 
 if TYPE_CHECKING:
@@ -92,6 +94,13 @@ class ServerSettings:
     """Seconds a stream may go without an event before it sends a keep-alive (a long
     prefill); 0 sends none (orchestrator/keepalive.py)."""
     log_level: str | None = None
+    cache_ram_mib: int | None = None
+    """Host RAM the prefix cache may hold, shared by the models; None: a quarter of the
+    memory available at start, at most 8 GiB; 0: no prefix cache (orchestrator/prefix_cache.py)."""
+    kv_cache_dir: str | None = None
+    """Where the prefix cache keeps snapshots across restarts; None: RAM only."""
+    kv_cache_dir_mib: int = 0
+    """Disk budget of ``kv_cache_dir``, shared by the models; 0: no limit."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +291,11 @@ def _server_settings(table: _Table, base: Path) -> ServerSettings:
     keepalive = table.number("keepalive_interval", 0,
                              "give seconds between keep-alives of a silent stream, e.g. 15 "
                              "(0: none)")
+    cache_ram = table.integer("cache_ram_mib", 0,
+                              "give the prefix cache's host RAM in MiB, e.g. 4096 (0: off)")
+    cache_dir = table.string("kv_cache_dir", 'give a directory, e.g. "~/.cache/lucerna/kv"')
+    cache_dir_mib = table.integer("kv_cache_dir_mib", 0,
+                                  "give the disk budget in MiB, e.g. 16384 (0: no limit)")
     level = table.string("log_level", f"use one of {', '.join(LOG_LEVELS)}")
     if level is not None and level.upper() not in LOG_LEVELS:
         raise table.error("log_level", f"unknown level {level!r}",
@@ -296,6 +310,9 @@ def _server_settings(table: _Table, base: Path) -> ServerSettings:
         max_body_bytes=body or defaults.max_body_bytes,
         keepalive_interval=defaults.keepalive_interval if keepalive is None else keepalive,
         log_level=level.upper() if level else None,
+        cache_ram_mib=cache_ram,
+        kv_cache_dir=None if cache_dir is None else str(base / Path(cache_dir).expanduser()),
+        kv_cache_dir_mib=cache_dir_mib or 0,
     )
 
 
@@ -449,6 +466,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                               "Fix: point it at a GGUF model file.") from None
 
     served: list[ServedModel] = []
+    cache = _cache_settings(config.server, len(config.models))
     for i, settings in enumerate(config.models):
         where = f"{config.source}: models[{i}] ({settings.name})"
         # PFlash proxy mode (orchestrator/prefill) runs no target: the model's own
@@ -480,8 +498,19 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                                      drafter_path=drafter_path,
                                      pflash_executable=native.binary("pflash"),
                                      restart=settings.restart),
+            prefix_cache=PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS),
         ))
     return served
+
+
+def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
+    """Each model's share of the prefix cache's budgets."""
+    ram = (default_ram_bytes() if server.cache_ram_mib is None
+           else server.cache_ram_mib << 20) // max(1, n_models)
+    return CacheSettings(
+        ram_bytes=ram,
+        disk_dir=None if server.kv_cache_dir is None else Path(server.kv_cache_dir),
+        disk_bytes=(server.kv_cache_dir_mib << 20) // max(1, n_models))
 
 
 def _check_draft(role: RoleSpec, architecture: str, where: str) -> None:
@@ -540,6 +569,9 @@ class Overrides:
     restart_max_failures: int | None = None
     draft: str | None = None
     """``--draft``: a DFlash draft GGUF for every model served."""
+    cache_ram_mib: int | None = None
+    kv_cache_dir: str | None = None
+    kv_cache_dir_mib: int | None = None
     prefill: PrefillOverrides = field(default_factory=PrefillOverrides)
     """The ``--prefill-*`` flags (PFlash); they apply to every model served."""
 
@@ -599,7 +631,10 @@ def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaCo
     server_flags: dict[str, Any] = {key: value for key, value in (
         ("host", flags.host), ("port", flags.port), ("api_keys", flags.api_keys),
         ("shutdown_timeout", flags.shutdown_timeout), ("max_body_bytes", flags.max_body_bytes),
-        ("keepalive_interval", flags.keepalive_interval),
+        ("keepalive_interval", flags.keepalive_interval), ("cache_ram_mib", flags.cache_ram_mib),
+        ("kv_cache_dir", None if flags.kv_cache_dir is None
+         else str(Path(flags.kv_cache_dir).expanduser().resolve())),
+        ("kv_cache_dir_mib", flags.kv_cache_dir_mib),
     ) if value is not None}
     return replace(config, server=replace(server, **server_flags), models=tuple(models))
 
@@ -613,6 +648,7 @@ def _check_flags(flags: Overrides) -> None:
         ("--queue-limit", flags.queue_limit, 0),
         ("--max-output-tokens", flags.max_output_tokens, 1),
         ("--restart-max-failures", flags.restart_max_failures, 1),
+        ("--cache-ram", flags.cache_ram_mib, 0), ("--kv-cache-dir-mib", flags.kv_cache_dir_mib, 0),
     ):
         if value is not None and value < low:
             raise ConfigError(f"{flag}: {value:g} is below its minimum {low}. Fix: give "

@@ -29,6 +29,7 @@ from starlette.responses import Response
 
 from daemons.errors import DaemonDiedError, DaemonReplyError
 from orchestrator.api._http import EventStreamResponse
+from orchestrator.chat_template import message_boundaries
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S, KeepAlive, KeepAliveEvents
 from orchestrator.models import ServedModel
@@ -38,6 +39,7 @@ from protocol import GenerateSummary, SamplingParams
 
 __all__ = [
     "MAX_RECOVERIES",
+    "ChatPrompt",
     "Conversation",
     "Event",
     "Finished",
@@ -47,6 +49,7 @@ __all__ = [
     "TextDelta",
     "ToolCall",
     "cap_ends_turn",
+    "chat_prompt",
     "completion_budget",
     "generate_events",
     "prompt_ids",
@@ -103,6 +106,9 @@ class Finished:
     speculative: Speculation | None = None
     # The server's output cap ended it; reported as a stop (see ``cap_ends_turn``).
     capped: bool = False
+    # Prompt tokens whose state came from the prefix cache instead of a prefill
+    # (orchestrator/prefix_cache.py); reported as the dialects' cached-token fields.
+    cached_tokens: int = 0
 
 
 Event = TextDelta | ToolCall | Finished
@@ -143,6 +149,66 @@ class GenerationRequest:
     conversation: Conversation | None = field(default=None, compare=False)
     # Prompt tokens PFlash removed from ``prompt`` (orchestrator/prefill); reported in usage.
     compressed_tokens: int = 0
+    # Positions in ``prompt`` where a chat message ends (``chat_prompt``): the prefill
+    # splits there and the prefix cache keeps state there.
+    marks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    ids: list[int]
+    marks: tuple[int, ...]
+    """Positions in ``ids`` where a message ends (see ``message_boundaries``)."""
+
+
+async def chat_prompt(
+    model: ServedModel,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> ChatPrompt:
+    """Render the chat template and tokenize it on the model's daemon, message by message.
+
+    Each piece between two message boundaries is tokenized on its own, so the ids of a
+    conversation's earlier messages are the same in every later turn (whatever the
+    tokenizer would merge across a boundary), the boundaries are exact token positions,
+    and pieces seen before come from the model's token memo without a round trip.
+    """
+    _, _, template = await model.ready_parts()
+    text = template.render(messages, add_generation_prompt=True, tools=tools)
+    cuts = message_boundaries(template, messages, tools, text)
+    ids: list[int] = []
+    marks: list[int] = []
+    start = 0
+    for end in [*cuts, len(text)]:
+        piece = text[start:end]
+        first = start == 0
+        key = (piece, first)
+        piece_ids = model.token_memo.get(key)
+        if piece_ids is None:
+            piece_ids = await _piece_ids(model, piece, template.bos_token if first else None)
+            model.remember_tokens(key, piece_ids)
+        ids += piece_ids
+        if end < len(text) and ids and (not marks or marks[-1] < len(ids)):
+            marks.append(len(ids))
+        start = end
+    return ChatPrompt(ids, tuple(marks))
+
+
+async def _piece_ids(model: ServedModel, piece: str, template_bos: str | None) -> list[int]:
+    """One piece of a prompt as ids; a reply the model generated earlier, quoted in it,
+    keeps the ids it was generated as. ``template_bos`` is set for the prompt's first
+    piece only (which alone may get a BOS)."""
+    reply = model.find_reply(piece)
+    if reply is None:
+        return await tokenize_text(model, piece, template_bos=template_bos or "",
+                                   add_bos=None if template_bos is not None else False)
+    at, text, reply_ids = reply
+    before, after = piece[:at], piece[at + len(text):]
+    ids = await _piece_ids(model, before, template_bos) if before else []
+    ids += reply_ids
+    if after:
+        ids += await _piece_ids(model, after, None)
+    return ids
 
 
 async def prompt_ids(
@@ -150,15 +216,15 @@ async def prompt_ids(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[int]:
-    """Render the chat template and tokenize the result on the model's daemon."""
-    _, _, template = await model.ready_parts()
-    text = template.render(messages, add_generation_prompt=True, tools=tools)
-    return await tokenize_text(model, text, template_bos=template.bos_token)
+    """The ids of ``chat_prompt``."""
+    return (await chat_prompt(model, messages, tools)).ids
 
 
-async def tokenize_text(model: ServedModel, text: str, *, template_bos: str = "") -> list[int]:
+async def tokenize_text(model: ServedModel, text: str, *, template_bos: str = "",
+                        add_bos: bool | None = None) -> list[int]:
     # A template that writes the BOS text itself must not get a second BOS.
-    add_bos = False if template_bos and text.startswith(template_bos) else None
+    if template_bos and text.startswith(template_bos):
+        add_bos = False
     # A daemon that dies mid-tokenize is retried on its restart, as a generation is.
     died: DaemonDiedError | None = None
     for _ in range(MAX_RECOVERIES + 1):
@@ -242,24 +308,36 @@ async def generate_events(
             return []
         return parser.feed(text) if parser else [TextDelta(text)]
 
+    cache = model.prefix_cache
     while True:
         try:
             client = await model.supervisor.wait_ready(RESTART_WAIT_S)
-            async with client.generate(
-                request.prompt + generated, n_gen - len(generated), sampling=request.sampling,
-                grammar=request.grammar,
-                json_schema=request.json_schema,
-            ) as stream:
-                on_started()
-                async for token in stream:
-                    generated.append(token)
-                    for event in visible(stops.feed(detokenizer.feed(token))):
-                        saw_tool_call |= isinstance(event, ToolCall)
-                        model.observe(event)
-                        yield event
-                    if stops.stopped:
-                        break
+            prompt = request.prompt + generated
+            snap = await cache.before_generate(client, prompt, request.marks) if cache else None
+            stream = None
+            try:
+                async with client.generate(
+                    prompt, n_gen - len(generated), sampling=request.sampling,
+                    grammar=request.grammar,
+                    json_schema=request.json_schema,
+                    snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
+                ) as stream:
+                    on_started()
+                    async for token in stream:
+                        generated.append(token)
+                        for event in visible(stops.feed(detokenizer.feed(token))):
+                            saw_tool_call |= isinstance(event, ToolCall)
+                            model.observe(event)
+                            yield event
+                        if stops.stopped:
+                            break
+            finally:
+                if cache:
+                    cache.after_generate(request.prompt, generated,
+                                         stream.summary if stream else None, snap)
             summary = stream.summary
+            if summary is not None and summary.finish.value != "cancelled":
+                model.remember_reply(generated)
             break
         except DaemonDiedError as exc:
             if recoveries >= MAX_RECOVERIES:
@@ -274,6 +352,12 @@ async def generate_events(
             if exc.code == "context_overflow":
                 raise ContextLengthError(exc.detail, param="messages") from exc
             raise
+    if cache:
+        try:
+            await cache.settle(client)
+        except (DaemonDiedError, DaemonReplyError) as exc:
+            log.warning("model %s: the prefix cache could not book this generation: %s",
+                        model.name, exc)
     tail = "" if stops.stopped else stops.feed(detokenizer.flush()) + stops.flush()
     for event in [*visible(tail), *(parser.finish() if parser else [])]:
         saw_tool_call |= isinstance(event, ToolCall)
@@ -302,6 +386,7 @@ async def generate_events(
         compressed_tokens=request.compressed_tokens,
         speculative=_speculation(summary),
         capped=capped,
+        cached_tokens=min(len(request.prompt), summary.prompt_tokens_reused) if summary else 0,
     )
     model.observe(finished)
     yield finished

@@ -145,6 +145,22 @@ class _StateCollector(Collector):
         limit = gauge("lucerna_queue_limit", "Requests that may wait before new ones get 503.")
         refused = counter("lucerna_queue_refused", "Requests refused because the queue was full.")
         n_ctx = gauge("lucerna_model_context_tokens", "The model's context size.")
+        cache_bytes = gauge("lucerna_prefix_cache_bytes", "Bytes the prefix cache holds, per tier.",
+                            ("model", "tier"))
+        cache_budget = gauge("lucerna_prefix_cache_budget_bytes",
+                             "The prefix cache's byte budget per tier (0 on disk: no limit).",
+                             ("model", "tier"))
+        cache_counts = {
+            key: counter(f"lucerna_prefix_cache_{key}", doc) for key, doc in (
+                ("hits", "Generations that reused cached prompt tokens."),
+                ("misses", "Generations that reused none."),
+                ("tokens_reused", "Prompt tokens restored instead of prefilled."),
+                ("evictions_ram", "Snapshots evicted from host RAM."),
+                ("evictions_disk", "Snapshot files evicted from disk."),
+                ("disk_writes", "Snapshot files written."),
+                ("disk_loads", "Snapshot files loaded."),
+                ("disk_rejected", "Snapshot files refused (other identity, truncated, corrupt)."),
+            )}
         for model in self._registry:
             name = [model.name]
             supervisor = model.supervisor
@@ -165,8 +181,18 @@ class _StateCollector(Collector):
             limit.add_metric(name, model.queue.limit)
             refused.add_metric(name, model.queue.refused)
             n_ctx.add_metric(name, model.n_ctx)
+            cache = model.prefix_cache
+            if cache is not None:
+                for tier, held, budget in (("ram", cache.stats.ram_bytes, cache.settings.ram_bytes),
+                                           ("disk", cache.stats.disk_bytes,
+                                            cache.settings.disk_bytes)):
+                    cache_bytes.add_metric([model.name, tier], held)
+                    cache_budget.add_metric([model.name, tier], budget)
+                for key, family in cache_counts.items():
+                    family.add_metric(name, getattr(cache.stats, key))
         yield from (info, start, up, state, restarts, crashes, failed, rss, cpu, fds, threads,
-                    waiting, running, limit, refused, n_ctx)
+                    waiting, running, limit, refused, n_ctx, cache_bytes, cache_budget,
+                    *cache_counts.values())
 
 
 class Metrics:
@@ -264,6 +290,7 @@ class Metrics:
             "architecture": model.info.architecture,
             "role": model.launch.role.name,
             "max_output_tokens": model.max_output_tokens,
+            "prefix_cache": model.prefix_cache.status() if model.prefix_cache else None,
         }
 
 

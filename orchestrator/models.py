@@ -8,6 +8,7 @@ architecture come from the GGUF itself.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,11 +25,18 @@ from protocol import PieceTable
 if TYPE_CHECKING:
     from orchestrator.generation import Event
     from orchestrator.prefill import PrefillCompressor
+    from orchestrator.prefix_cache import PrefixCache
 
 __all__ = ["OUTPUT_CAP_CONTEXT_SHARE", "ModelRegistry", "ServedModel"]
 
 OUTPUT_CAP_CONTEXT_SHARE = 4
 """Without ``max_output_tokens``, a request may generate at most n_ctx / this."""
+TOKEN_MEMO_PIECES = 1024
+"""Prompt pieces (chat messages as rendered) whose token ids a model remembers."""
+REPLY_MEMO_REPLIES = 64
+"""Generated replies whose token ids a model remembers, to put back where a later
+prompt quotes them (see ``ServedModel.find_reply``)."""
+MIN_REPLY_CHARS = 8
 
 
 @dataclass
@@ -52,13 +60,55 @@ class ServedModel:
     # PFlash speculative prefill: the drafter that compresses long prompts, or (proxy
     # mode) the upstream that generates; None when compression is off.
     prefill: PrefillCompressor | None = None
+    # The prefix cache's RAM and disk tiers (orchestrator/prefix_cache.py); None: off.
+    prefix_cache: PrefixCache | None = None
+    # Token ids of rendered prompt pieces, keyed by (text, is first piece); LRU.
+    token_memo: OrderedDict[tuple[str, bool], list[int]] = field(default_factory=OrderedDict)
+    # Text of a generated reply -> the ids generated for it; LRU.
+    reply_memo: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
                                      on_ready=self._on_ready)
         self.queue = RequestQueue(self.queue_limit)
 
+    def remember_tokens(self, key: tuple[str, bool], ids: list[int]) -> None:
+        self.token_memo[key] = ids
+        self.token_memo.move_to_end(key)
+        while len(self.token_memo) > TOKEN_MEMO_PIECES:
+            self.token_memo.popitem(last=False)
+
+    def remember_reply(self, ids: list[int]) -> None:
+        """Remember the ids a generation produced, under the text they decode to."""
+        if self.pieces is None or not ids:
+            return
+        text = self.pieces.render(ids).decode("utf-8", errors="replace")
+        if len(text) < MIN_REPLY_CHARS:
+            return
+        self.reply_memo[text] = list(ids)
+        self.reply_memo.move_to_end(text)
+        while len(self.reply_memo) > REPLY_MEMO_REPLIES:
+            self.reply_memo.popitem(last=False)
+
+    def find_reply(self, piece: str) -> tuple[int, str, list[int]] | None:
+        """The longest remembered reply that ``piece`` quotes: where, its text, its ids.
+
+        An agent sends the model's earlier replies back in its history; re-tokenizing the
+        text may give other ids than the ones generated (and then the daemon's state
+        after them could not be reused), so the prompt takes the generated ids instead.
+        """
+        best: tuple[int, str, list[int]] | None = None
+        for text, ids in self.reply_memo.items():
+            if best is not None and len(text) <= len(best[1]):
+                continue
+            at = piece.find(text)
+            if at >= 0:
+                best = (at, text, ids)
+        return best
+
     async def _on_ready(self, client: DaemonClient) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.daemon_started(client)
         pieces = await client.piece_table()
         self.pieces = pieces
         self.template = ChatTemplate.for_model(

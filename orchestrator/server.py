@@ -87,6 +87,8 @@ async def _serve(
             nursery.start_soon(model.supervisor.run)
             if model.prefill is not None:  # PFlash: its drafter daemon (orchestrator/prefill)
                 nursery.start_soon(model.prefill.run)
+            if model.prefix_cache is not None:  # its disk tier's writer
+                nursery.start_soon(model.prefix_cache.run_disk_writer)
         status_scope = trio.CancelScope()
 
         async def stop_when_triggered() -> None:

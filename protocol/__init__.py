@@ -41,7 +41,15 @@ from ._replies import (
     parse_startup_line,
 )
 from ._sampling import SamplingParams
-from ._sequence import FreeSnapshot, Generate, ListSlots, Restore, Snapshot
+from ._sequence import (
+    FreeSnapshot,
+    Generate,
+    ListSlots,
+    LoadSlot,
+    Restore,
+    SaveSlot,
+    Snapshot,
+)
 from ._stream import TokenStreamReader
 from ._summaries import CompressSummary, GenerateSummary, ParkState, SlotList, SnapshotInfo
 from ._tokens import decode_token_bytes, encode_token_bytes, read_token_file, write_token_file
@@ -75,6 +83,7 @@ __all__ = [
     "InlineIds",
     "InlineText",
     "ListSlots",
+    "LoadSlot",
     "MalformedLineError",
     "ModelState",
     "OkReply",
@@ -88,6 +97,7 @@ __all__ = [
     "Quit",
     "ReadyInfo",
     "Restore",
+    "SaveSlot",
     "SamplingParams",
     "SlotList",
     "Snapshot",

@@ -41,6 +41,7 @@ class ErrorCode(enum.StrEnum):
     EMPTY_SEQUENCE = "empty_sequence"
     SNAPSHOT_MISMATCH = "snapshot_mismatch"
     SNAPSHOT_FAILED = "snapshot_failed"
+    BAD_SNAPSHOT_FILE = "bad_snapshot_file"
     PARKED = "parked"
     RPC_FAILED = "rpc_failed"
 

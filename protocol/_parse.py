@@ -42,7 +42,16 @@ from ._refs import (
     text_ref_from_word,
 )
 from ._sampling import SamplingParams
-from ._sequence import FreeSnapshot, Generate, ListSlots, Restore, Snapshot, check_snap
+from ._sequence import (
+    FreeSnapshot,
+    Generate,
+    ListSlots,
+    LoadSlot,
+    Restore,
+    SaveSlot,
+    Snapshot,
+    check_snap,
+)
 from .errors import CommandError, MalformedLineError
 
 __all__ = ["Command", "parse_command"]
@@ -58,6 +67,8 @@ Command: TypeAlias = (
     | Cancel
     | Snapshot
     | FreeSnapshot
+    | SaveSlot
+    | LoadSlot
     | ListSlots
     | Park
     | Unpark
@@ -205,10 +216,13 @@ def _snap_option(raw: str, prompt: InlineIds | TokenFile) -> tuple[int, int]:
 
 
 def _parse_generate(parsed: CommandLine) -> Generate:
-    _expect(parsed, f"generate <ids> <n_gen> {_DECODING_USAGE}", 2, _DECODING_KEYS)
+    _expect(parsed, f"generate <ids> <n_gen> {_DECODING_USAGE} [reuse=0|1] [marks=L,...]", 2,
+            _DECODING_KEYS | {"reuse", "marks"})
     prompt = _prompt_word(parsed, parsed.args[0])
     n_gen = _int_word("n_gen", parsed.args[1], 1)
-    return Generate(prompt, n_gen, **_decoding(parsed, prompt))
+    marks = parse_id_list(parsed.options["marks"], "marks") if "marks" in parsed.options else ()
+    return Generate(prompt, n_gen, **_decoding(parsed, prompt),
+                    reuse=_parse_bool(parsed.options, "reuse", default=True), marks=marks)
 
 
 def _parse_restore(parsed: CommandLine) -> Restore:
@@ -257,6 +271,14 @@ def _parse_slot_command(cls: type[Snapshot | FreeSnapshot]) -> Callable[[Command
     def parse(parsed: CommandLine) -> Command:
         _expect(parsed, f"{parsed.command} <slot>", 1)
         return cls(_slot_word(parsed.args[0]))
+
+    return parse
+
+
+def _parse_slot_file_command(cls: type[SaveSlot | LoadSlot]) -> Callable[[CommandLine], Command]:
+    def parse(parsed: CommandLine) -> Command:
+        _expect(parsed, f"{parsed.command} <slot> <path>", 2)
+        return cls(_slot_word(parsed.args[0]), parsed.args[1])
 
     return parse
 
@@ -310,6 +332,8 @@ _PARSERS: dict[str, Callable[[CommandLine], Command]] = {
     "snapshot": _parse_slot_command(Snapshot),
     "free_snapshot": _parse_slot_command(FreeSnapshot),
     "list_slots": _parse_bare(ListSlots),
+    "save_slot": _parse_slot_file_command(SaveSlot),
+    "load_slot": _parse_slot_file_command(LoadSlot),
     "park": _parse_residency(Park),
     "unpark": _parse_residency(Unpark),
     "compress": _parse_compress,

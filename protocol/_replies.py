@@ -38,6 +38,8 @@ _COMMAND_ORDER = (
     "restore",
     "free_snapshot",
     "list_slots",
+    "save_slot",
+    "load_slot",
     "park",
     "unpark",
     "compress",

@@ -7,6 +7,8 @@ does not already hold.
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -15,6 +17,7 @@ from ._command_base import (
     as_bool,
     bool_word,
     check_ids_ref,
+    check_option_path,
     check_slot,
     check_text_ref,
     int_in_range,
@@ -22,7 +25,17 @@ from ._command_base import (
 from ._refs import INT32_MAX, InlineIds, InlineText, TextFile, TokenFile, check_token_ids
 from ._sampling import SamplingParams
 
-__all__ = ["FreeSnapshot", "Generate", "ListSlots", "Restore", "Snapshot", "check_snap"]
+__all__ = [
+    "FreeSnapshot",
+    "Generate",
+    "ListSlots",
+    "LoadSlot",
+    "Restore",
+    "SaveSlot",
+    "Snapshot",
+    "check_marks",
+    "check_snap",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +64,9 @@ class Generate(_Decoding):
     """``generate <ids> <n_gen> [options]``: prefill ``prompt``, then decode up to ``n_gen``.
 
     ``sampling=None`` is stored as ``SamplingParams()`` (greedy, daemon defaults), so
-    ``.sampling`` is always a :class:`SamplingParams`.
+    ``.sampling`` is always a :class:`SamplingParams`. With ``reuse`` (the default) the
+    daemon starts from the longest prefix of ``prompt`` whose state it holds (section
+    5.10); ``marks`` are prompt positions where the prefill splits and keeps a checkpoint.
     """
 
     name: ClassVar[str] = "generate"
@@ -59,15 +74,24 @@ class Generate(_Decoding):
     prompt: InlineIds | TokenFile
     n_gen: int
     sampling: SamplingParams | None = None
+    reuse: bool = field(default=True, kw_only=True)
+    marks: tuple[int, ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         _check_decoding(self)
+        object.__setattr__(self, "reuse", as_bool("reuse", self.reuse))
+        object.__setattr__(self, "marks", check_marks(self.marks, self.prompt))
 
     def _args(self) -> list[str]:
         return [self.prompt.word(), str(self.n_gen)]
 
     def _options(self) -> dict[str, str]:
-        return _decoding_options(self)
+        options = _decoding_options(self)
+        if not self.reuse:
+            options["reuse"] = "0"
+        if self.marks:
+            options["marks"] = ",".join(map(str, self.marks))
+        return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +153,17 @@ def check_snap(snap: object, prompt: InlineIds | TokenFile) -> tuple[int, int]:
     return position, check_slot(snap[1])
 
 
+def check_marks(marks: object, prompt: InlineIds | TokenFile) -> tuple[int, ...]:
+    """``marks=L,...``: strictly ascending positions in ``1 .. len(prompt)`` (when known)."""
+    if not isinstance(marks, tuple | list):
+        raise ValueError(f"marks must be a sequence of positions, not {marks!r}")
+    n_prompt = len(prompt.ids) if isinstance(prompt, InlineIds) else None
+    checked = tuple(int_in_range("mark", m, 1, n_prompt or INT32_MAX) for m in marks)
+    if any(b <= a for a, b in itertools.pairwise(checked)):
+        raise ValueError(f"marks must ascend strictly, got {checked!r}")
+    return checked
+
+
 def _decoding_options(command: Generate | Restore) -> dict[str, str]:
     options = command.sampling.to_options() if command.sampling is not None else {}
     if command.stop:
@@ -181,3 +216,40 @@ class ListSlots(CommandBase):
     """``list_slots``: the occupied slots (``ok list_slots slots=S:N,... bytes=..``)."""
 
     name: ClassVar[str] = "list_slots"
+
+
+@dataclass(frozen=True, slots=True)
+class _SlotFileCommand(CommandBase):
+    """A command on a slot and a snapshot file (section 5.10)."""
+
+    slot: int
+    path: str | os.PathLike[str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", check_slot(self.slot))
+        object.__setattr__(self, "path", check_option_path(self.name, self.path))
+
+    def _args(self) -> list[str]:
+        return [str(self.slot), os.fspath(self.path)]
+
+
+@dataclass(frozen=True, slots=True)
+class SaveSlot(_SlotFileCommand):
+    """``save_slot <slot> <path>``: write the slot to a file (``ok save_slot slot=.. bytes=..``).
+
+    The file carries the daemon's state identity and a checksum; it is written to a
+    temporary name and renamed, so it is whole or absent.
+    """
+
+    name: ClassVar[str] = "save_slot"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSlot(_SlotFileCommand):
+    """``load_slot <slot> <path>``: read a snapshot file into the slot (section 5.10).
+
+    The reply reads as a :class:`~protocol.SnapshotInfo`. A file of another identity, a
+    truncated or corrupt one is ``err bad_snapshot_file`` and the slot is left as it was.
+    """
+
+    name: ClassVar[str] = "load_slot"

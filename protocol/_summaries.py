@@ -66,7 +66,9 @@ class GenerateSummary(_Summary):
     """The fields of ``ok generate`` (section 5.1) and ``ok restore`` (section 5.5).
 
     ``n_reused`` (tokens taken from the slot) is set for a ``restore`` and None for a
-    ``generate``; ``snap_slot``/``snap_pos`` are set when the command asked for
+    ``generate``; ``n_cached`` (prompt tokens a ``generate`` took from state the daemon
+    held, section 5.10) for a ``generate``, with ``cache_slot`` when they came from a
+    slot; ``snap_slot``/``snap_pos`` are set when the command asked for
     ``snap=L:S``. The ``draft_*`` fields (section 5.9) are set when the request decoded
     speculatively, and None otherwise.
     """
@@ -77,6 +79,8 @@ class GenerateSummary(_Summary):
     prefill_ms: float
     decode_ms: float
     n_reused: int | None = None
+    n_cached: int | None = None
+    cache_slot: int | None = None
     snap_slot: int | None = None
     snap_pos: int | None = None
     draft_steps: int | None = None
@@ -98,6 +102,11 @@ class GenerateSummary(_Summary):
         return 1.0 + self.draft_accepted / self.draft_steps
 
     @property
+    def prompt_tokens_reused(self) -> int:
+        """Prompt tokens that were not prefilled: a restore's slot, or a generate's cache."""
+        return self.n_reused if self.n_reused is not None else (self.n_cached or 0)
+
+    @property
     def command(self) -> str:
         """The command this summarises: ``restore`` when it reused a slot, else ``generate``."""
         return "generate" if self.n_reused is None else "restore"
@@ -116,6 +125,7 @@ class GenerateSummary(_Summary):
         if any(present) and not all(present):
             raise MalformedLineError(f"{', '.join(draft_keys)} go together", line=reply._line())
         speculative = all(present)
+        generated = reply.command == "generate"
         return cls(
             n_prompt=reply.int_field("n_prompt"),
             n_gen=reply.int_field("n_gen"),
@@ -123,6 +133,8 @@ class GenerateSummary(_Summary):
             prefill_ms=reply.float_field("prefill_ms"),
             decode_ms=reply.float_field("decode_ms"),
             n_reused=reply.int_field("n_reused") if reply.command == "restore" else None,
+            n_cached=_optional_int_field(reply, "n_cached") if generated else None,
+            cache_slot=_optional_int_field(reply, "cache_slot") if generated else None,
             snap_slot=snap_slot,
             snap_pos=snap_pos,
             draft_steps=reply.int_field("draft_steps") if speculative else None,
@@ -136,6 +148,10 @@ class GenerateSummary(_Summary):
         fields = {"n_prompt": str(self.n_prompt)}
         if self.n_reused is not None:
             fields["n_reused"] = str(self.n_reused)
+        if self.n_cached is not None and self.n_reused is None:
+            fields["n_cached"] = str(self.n_cached)
+            if self.cache_slot is not None:
+                fields["cache_slot"] = str(self.cache_slot)
         fields |= {
             "n_gen": str(self.n_gen),
             "finish": str(self.finish),
@@ -161,7 +177,7 @@ class GenerateSummary(_Summary):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo(_Summary):
-    """``ok snapshot slot=.. n_tokens=.. bytes=..``: what a slot now holds (section 5.5)."""
+    """``ok snapshot|load_slot slot=.. n_tokens=.. bytes=..``: what a slot now holds (5.5, 5.10)."""
 
     slot: int
     n_tokens: int
@@ -169,7 +185,7 @@ class SnapshotInfo(_Summary):
     host_bytes: int
     """Host memory the slot uses (the reply's ``bytes``)."""
 
-    commands: ClassVar[tuple[str, ...]] = ("snapshot",)
+    commands: ClassVar[tuple[str, ...]] = ("snapshot", "load_slot")
 
     @classmethod
     def _read(cls, reply: OkReply) -> Self:

@@ -27,7 +27,7 @@ from daemons.errors import DaemonsError
 from orchestrator.api._fields import Basics
 from orchestrator.api._http import error_response
 from orchestrator.errors import RequestError
-from orchestrator.generation import Conversation, GenerationRequest, prompt_ids
+from orchestrator.generation import Conversation, GenerationRequest, chat_prompt
 from orchestrator.models import ServedModel
 from orchestrator.tools import OutputPlan
 
@@ -89,9 +89,10 @@ def new_id(prefix: str) -> str:
 async def chat_generation(model: ServedModel, messages: Sequence[Mapping[str, Any]],
                           output: OutputPlan, basics: Basics) -> GenerationRequest:
     """The generation a conversation asks for: templated prompt, tools and constraints."""
-    prompt = await prompt_ids(model, messages, output.template_tools)
+    prompt = await chat_prompt(model, messages, output.template_tools)
     tools = None if output.template_tools is None else tuple(output.template_tools)
-    return GenerationRequest(prompt, basics.max_tokens, basics.sampling, basics.stop,
+    return GenerationRequest(prompt.ids, basics.max_tokens, basics.sampling, basics.stop,
+                             marks=prompt.marks,
                              json_schema=output.json_schema,
                              parser_factory=output.parser_factory,
                              # What PFlash compresses and proxy mode forwards.

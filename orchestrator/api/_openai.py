@@ -41,10 +41,12 @@ def openai_usage(finished: Finished) -> dict[str, Any]:
         "prompt_tokens": finished.prompt_tokens,
         "completion_tokens": finished.completion_tokens,
         "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+        # Prompt tokens the prefix cache restored instead of prefilling.
+        "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
     }
     if finished.compressed_tokens:
         # PFlash: prompt_tokens were prefilled; these were compressed away before that.
-        usage["prompt_tokens_details"] = {"compressed_tokens": finished.compressed_tokens}
+        usage["prompt_tokens_details"]["compressed_tokens"] = finished.compressed_tokens
     if finished.speculative is not None:
         # DFlash speculative decoding (PROTOCOL.md 5.9): how well the draft guessed.
         spec = finished.speculative

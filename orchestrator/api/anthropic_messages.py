@@ -199,8 +199,7 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
             elif isinstance(event, ToolCall):
                 content.append(_tool_use(event))
         finished = next(e for e in events if isinstance(e, Finished))
-        usage = {"input_tokens": finished.prompt_tokens,
-                 "output_tokens": finished.completion_tokens}
+        usage = {**_input_usage(finished), "output_tokens": finished.completion_tokens}
         return JSONResponse(message(content, _stop_reason(finished), finished.stop_string,
                                     usage))
 
@@ -243,13 +242,22 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
                         yield emit("message_delta",
                                    delta={"stop_reason": _stop_reason(event),
                                           "stop_sequence": event.stop_string},
-                                   usage={"output_tokens": event.completion_tokens})
+                                   usage={**_input_usage(event),
+                                          "output_tokens": event.completion_tokens})
                         yield emit("message_stop")
         except (RequestError, DaemonsError) as exc:
             yield sse(anthropic_error_body(as_request_error(exc)), event="error")
 
     return await run_generation(request, model, build, stream=parsed.basics.stream, to_sse=to_sse,
                                 to_response=to_response)
+
+
+def _input_usage(finished: Finished) -> dict[str, int]:
+    # Anthropic's input_tokens leaves out the tokens read from the cache, which it counts
+    # apart (clients add the two for the prompt's size).
+    return {"input_tokens": finished.prompt_tokens - finished.cached_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": finished.cached_tokens}
 
 
 async def count_tokens(request: Request, registry: ModelRegistry) -> Response:

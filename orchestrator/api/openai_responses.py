@@ -188,7 +188,7 @@ def _output_text(text: str) -> dict[str, Any]:
 
 
 def _usage(finished: Finished) -> dict[str, Any]:
-    details = {"cached_tokens": 0}
+    details = {"cached_tokens": finished.cached_tokens}
     if finished.compressed_tokens:  # PFlash removed these before the prefill
         details["compressed_tokens"] = finished.compressed_tokens
     return {

@@ -159,6 +159,7 @@ class PrefillCompressor:
                  f"; last user message re-appended ({result.requeried})" if result.requeried
                  else "")
         return replace(generation, prompt=prompt, compressed_tokens=n_prompt - len(prompt),
+                       marks=(),
                        conversation=Conversation(tuple(result.messages), conversation.tools))
 
     async def _drafter(self, model: ServedModel) -> tuple[DaemonClient, PieceTable] | None:

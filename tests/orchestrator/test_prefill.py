@@ -355,7 +355,8 @@ def test_short_prompts_stay_whole_and_streams_report_the_cut(
     short = api.chat.completions.create(
         model="gemma3-270m", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4,
         temperature=0)
-    assert short.usage is not None and short.usage.prompt_tokens_details is None
+    assert short.usage is not None and short.usage.prompt_tokens_details is not None
+    assert "compressed_tokens" not in (short.usage.prompt_tokens_details.model_extra or {})
     # Streaming, the Responses dialect: the usage of its final event has the cut.
     events = []
     with httpx.stream("POST", f"{prefill_server.base_url}/v1/responses", timeout=300, json={

@@ -24,10 +24,12 @@ from protocol import (
     InlineIds,
     InlineText,
     ListSlots,
+    LoadSlot,
     MalformedLineError,
     Park,
     Quit,
     Restore,
+    SaveSlot,
     SamplingParams,
     Snapshot,
     Stats,
@@ -287,6 +289,12 @@ def test_line_encode_then_parse_round_trips(
         ),
         (Restore(0, InlineIds((2, 9259)), 3), b"restore 0 ids:2,9259 3\n"),
         (
+            Generate(InlineIds((1, 2, 3, 4)), 2, reuse=False, marks=(2, 4)),
+            b"generate ids:1,2,3,4 2 reuse=0 marks=2,4\n",
+        ),
+        (SaveSlot(3, "/tmp/s.lsnap"), b"save_slot 3 /tmp/s.lsnap\n"),
+        (LoadSlot(0, "/tmp/a b.lsnap"), b"load_slot 0 /tmp/a%20b.lsnap\n"),
+        (
             Restore(
                 7,
                 TokenFile("/tmp/p.bin"),
@@ -331,6 +339,8 @@ def test_command_names_and_stream_flags() -> None:
         (Snapshot, "snapshot"),
         (FreeSnapshot, "free_snapshot"),
         (ListSlots, "list_slots"),
+        (SaveSlot, "save_slot"),
+        (LoadSlot, "load_slot"),
         (Park, "park"),
         (Unpark, "unpark"),
         (Compress, "compress"),
@@ -639,6 +649,9 @@ def _decoding_commands(draw: st.DrawFn, cls: type[Generate | Restore]) -> Genera
     }
     if cls is Restore:
         arguments["slot"] = draw(_slots)
+    else:
+        arguments["reuse"] = draw(st.booleans())
+        arguments["marks"] = tuple(sorted(draw(st.sets(st.integers(1, n_prompt), max_size=4))))
     return cls(**arguments)
 
 
@@ -658,6 +671,8 @@ commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(Snapshot, _slots),
     st.builds(FreeSnapshot, _slots),
     st.just(ListSlots()),
+    st.builds(SaveSlot, _slots, _paths),
+    st.builds(LoadSlot, _slots, _paths),
     st.builds(Park, st.sampled_from(["all", "target", "draft"])),
     st.builds(Unpark, st.sampled_from(["all", "target", "draft"])),
     st.builds(

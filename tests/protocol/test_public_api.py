@@ -56,6 +56,9 @@ CONTRACT = {
     "SlotList",
     "ParkState",
     "CompressSummary",
+    # Prefix reuse and snapshot files (PROTOCOL.md 5.10).
+    "SaveSlot",
+    "LoadSlot",
 }
 
 ADDITIONS = {

@@ -22,6 +22,7 @@
 #include "core/rpc_server.h"
 #include "core/session.h"
 #include "core/signals.h"
+#include "core/snapshot_files.h"
 #include "core/speculative.h"
 #include "core/wire.h"
 
@@ -42,7 +43,7 @@ std::vector<std::string> capabilities(const RoleInfo & role) {
     if (role.generates) {
         std::vector<std::string> caps = {"generate", "tokenize", "detokenize", "vocab", "stats",
                                          "cancel", "snapshot", "restore", "free_snapshot", "list_slots",
-                                         "park", "unpark", "quit"};
+                                         "save_slot", "load_slot", "park", "unpark", "quit"};
         if (std::string(role.name) == "pflash") {
             caps.emplace_back("compress");
         }
@@ -60,7 +61,8 @@ bool is_stream_command(const std::string & name) {
 bool is_protocol_command(const std::string & name) {
     static const char * const kCommands[] = {"generate", "tokenize", "detokenize", "vocab", "stats",
                                              "quit", "exit", "cancel", "snapshot", "restore",
-                                             "free_snapshot", "list_slots", "park", "unpark", "compress"};
+                                             "free_snapshot", "list_slots", "save_slot", "load_slot",
+                                             "park", "unpark", "compress"};
     return std::find(std::begin(kCommands), std::end(kCommands), name) != std::end(kCommands);
 }
 
@@ -116,7 +118,8 @@ int fail_startup(LineWriter & out, const ProtocolError & error) {
     return startup_exit_code(error.code());
 }
 
-std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const Speculator & spec) {
+std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const Speculator & spec,
+                       const std::string & identity) {
     const llama_vocab * vocab = engine.vocab;
     std::string caps;
     for (const auto & c : capabilities(role)) {
@@ -142,6 +145,9 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
     add("engine", LUCERNA_ENGINE_NAME);
     add("version", LUCERNA_VERSION);
     add("capabilities", caps);
+    if (!identity.empty()) {
+        add("state_id", state_id(identity));
+    }
     if (spec.configured()) {
         add("spec", spec.kind());
         add("draft_block", std::to_string(spec.block_size()));
@@ -240,6 +246,8 @@ private:
         if (name == "restore") return handle_restore(session_, cmd, queued.generate_seq);
         if (name == "free_snapshot") return handle_free_snapshot(session_, cmd);
         if (name == "list_slots") return handle_list_slots(session_, cmd);
+        if (name == "save_slot") return handle_save_slot(session_, cmd);
+        if (name == "load_slot") return handle_load_slot(session_, cmd);
         if (name == "park") return handle_park(session_, cmd);
         if (name == "unpark") return handle_unpark(session_, cmd);
         if (name == "cancel") {
@@ -301,6 +309,14 @@ int run_daemon(Role role, int argc, char ** argv) {
     } catch (const ProtocolError & error) {
         return fail_startup(out, error);
     }
+    std::string identity;
+    if (info.generates) {
+        try {
+            identity = state_identity(opts, engine.backend, engine.n_ctx);
+        } catch (const ProtocolError & error) {
+            return fail_startup(out, error);
+        }
+    }
     // The ds4 shard's device server; declared after the backend so it stops first.
     std::unique_ptr<RpcServer> rpc;
     if (role == Role::kDs4Shard) {
@@ -315,7 +331,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     // finishing with its -1 and reply) instead of the process; while loading they keep
     // their default action, which is the prompt exit a supervisor wants then.
     ShutdownSignals signals;
-    if (!out.write_line(ready_line(info, engine, *spec) + (rpc ? rpc->ready_fields() : ""))) {
+    if (!out.write_line(ready_line(info, engine, *spec, identity) + (rpc ? rpc->ready_fields() : ""))) {
         return 0;  // nobody is listening
     }
     log_line("ready: %s (%s, %s, n_ctx=%d)", opts.model_path.c_str(), arch.c_str(), engine.backend.c_str(),
@@ -324,6 +340,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     TokenStream stream(opts.stream_fd);
     CancelState cancel;
     Session session(info, opts, engine, stream, cancel, *spec);
+    session.state_identity = identity;
     Dispatcher dispatcher(session);
     CommandQueue queue(STDIN_FILENO, cancel, static_cast<size_t>(opts.max_line), signals.fd());
     while (true) {

@@ -231,6 +231,12 @@ void DflashDraft::clear() {
     complete_ = true;
 }
 
+void DflashDraft::truncate(int32_t n_tokens) {
+    if (context_) {
+        llama_memory_seq_rm(llama_get_memory(context_.get()), 0, n_tokens, -1);
+    }
+}
+
 std::vector<uint8_t> DflashDraft::save_state() const {
     std::vector<uint8_t> state;
     if (!context_ || !complete_) {

@@ -65,6 +65,9 @@ public:
 
     // Forget everything (a new sequence starts).
     void clear();
+    // Forget every position from `n_tokens` on (the target's sequence was cut back to
+    // its first `n_tokens`); the draft is attention-only, so this is exact.
+    void truncate(int32_t n_tokens);
 
     // Whether the cache holds features for every position of the live sequence; false
     // after a restore from a snapshot that carried no draft state (the draft then only

@@ -28,6 +28,7 @@ const char * error_code_name(ErrorCode code) {
         case ErrorCode::kEmptySequence: return "empty_sequence";
         case ErrorCode::kSnapshotMismatch: return "snapshot_mismatch";
         case ErrorCode::kSnapshotFailed: return "snapshot_failed";
+        case ErrorCode::kBadSnapshotFile: return "bad_snapshot_file";
         case ErrorCode::kParked: return "parked";
     }
     return "internal";

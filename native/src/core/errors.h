@@ -34,6 +34,7 @@ enum class ErrorCode {
     kEmptySequence,
     kSnapshotMismatch,
     kSnapshotFailed,
+    kBadSnapshotFile,
     kParked,
 };
 

@@ -1,13 +1,14 @@
 // generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F]
 //          [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,ID,...] [ignore_eos=0|1]
-//          [grammar=<text>] [json_schema=<text>] [snap=L:S]
+//          [grammar=<text>] [json_schema=<text>] [snap=L:S] [reuse=0|1] [marks=L,...]
 //
-// Clears the sequence, prefills the prompt in chunks, then decodes one token at a time,
-// writing each sampled token to the stream as soon as it exists. `restore` (snapshots.cpp)
-// runs the same path from a snapshot instead of an empty sequence.
+// Starts from the longest prefix of the prompt whose state the daemon holds (or, with
+// reuse=0, from an empty sequence), prefills the rest in chunks, then decodes one token
+// at a time, writing each sampled token to the stream as soon as it exists. `restore`
+// (snapshots.cpp) runs the same path from a named snapshot.
 //
 // Chunks end at absolute positions that are multiples of the chunk size (--chunk), at an
-// inline snapshot's position and at the end of the prompt. On CPU the engine's logits
+// inline snapshot's position, at every mark and at the end of the prompt. On CPU the engine's logits
 // depend on how a prefill is split into batches (measured on gemma3 and on the qwen35
 // hybrid: different last-position logits for one batch versus two), so this alignment
 // is what lets a restore from an aligned snapshot reproduce an uninterrupted run.
@@ -21,6 +22,7 @@
 #include "core/commands.h"
 #include "core/emit.h"
 #include "core/grammar.h"
+#include "core/prefix_reuse.h"
 #include "core/token_refs.h"
 
 namespace lucerna {
@@ -28,7 +30,12 @@ namespace {
 
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
-    "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S]";
+    "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S] "
+    "[reuse=0|1] [marks=L,...]";
+
+// Besides the marks, a checkpoint every this many chunks of a long prefill, so that a
+// prompt diverging inside a long stretch the front end did not mark still reuses most.
+constexpr int64_t kCheckpointEveryChunks = 4;
 
 float parse_unit(const char * key, const std::string & value) {
     const double v = parse_float(key, value);
@@ -67,9 +74,13 @@ double tokens_per_second(uint64_t n, double ms) { return ms > 0.0 ? static_cast<
 
 GenerateRequest parse_generate_request(const Session & session, const CommandLine & cmd, const std::string & ids,
                                        const std::string & n_gen, const char * usage) {
-    cmd.check_options({"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen", "rep_window", "seed",
-                       "stop", "ignore_eos", "grammar", "json_schema", "snap"},
-                      usage);
+    const bool is_generate = cmd.name == "generate";
+    std::vector<std::string_view> keys = {"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen",
+                                     "rep_window", "seed", "stop", "ignore_eos", "grammar", "json_schema", "snap"};
+    if (is_generate) {
+        keys.insert(keys.end(), {"reuse", "marks"});
+    }
+    cmd.check_options(keys, usage);
     GenerateRequest req;
     req.n_gen = static_cast<int32_t>(parse_int("n_gen", n_gen, 1, std::numeric_limits<int32_t>::max()));
     SamplingParams & sp = req.sampling;
@@ -114,8 +125,13 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
             json_schema_ref = &value;
         } else if (key == "snap") {
             parse_snap(session, value, req);
+        } else if (key == "reuse") {
+            req.reuse = parse_bool01("reuse", value);
+        } else if (key == "marks") {
+            req.marks = parse_id_list(value, "marks");
         }
     }
+    req.reuse = req.reuse && is_generate;
 
     req.prompt = read_token_ref(ids);
     if (req.prompt.empty()) {
@@ -133,6 +149,13 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
         throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
                                                      std::to_string(req.snap_slot) + " is past the prompt (n_prompt=" +
                                                      std::to_string(req.prompt.size()) + ")");
+    }
+    for (size_t i = 0; i < req.marks.size(); ++i) {
+        const int32_t mark = req.marks[i];
+        if (mark < 1 || mark > static_cast<int64_t>(req.prompt.size()) || (i > 0 && mark <= req.marks[i - 1])) {
+            throw ProtocolError(ErrorCode::kBadArgs, "marks must ascend strictly within 1..n_prompt=" +
+                                                         std::to_string(req.prompt.size()));
+        }
     }
     if (grammar_ref != nullptr && json_schema_ref != nullptr) {
         throw ProtocolError(ErrorCode::kBadArgs, "grammar and json_schema exclude each other");
@@ -154,12 +177,11 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     Speculator & spec = session.spec;
     DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
     const auto n_prompt = static_cast<int32_t>(req.prompt.size());
-    const auto n_reused = from ? static_cast<int32_t>(from->tokens.size()) : 0;
-    if (req.snap_pos != 0 && req.snap_pos < n_reused) {
+    if (from && req.snap_pos != 0 && req.snap_pos < static_cast<int32_t>(from->tokens.size())) {
         throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
                                                      std::to_string(req.snap_slot) +
                                                      " is inside the restored prefix (n_reused=" +
-                                                     std::to_string(n_reused) + ")");
+                                                     std::to_string(from->tokens.size()) + ")");
     }
     TokenPicker picker(req.sampling, engine.vocab, req.grammar.get());
 
@@ -180,9 +202,16 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, draft));
         snapped = true;
     };
+    auto is_mark = [&](int32_t pos) { return std::binary_search(req.marks.begin(), req.marks.end(), pos); };
+    ReusedPrefix reused;
     try {
         if (from) {
             load_snapshot(ctx, *from, live, draft);  // `from` may be replaced by snapshot_here below
+            reused = {ReusedPrefix::Source::kSlot, static_cast<int32_t>(from->tokens.size()), -1};
+        } else if (req.reuse) {
+            // A snap caps the reuse at its position, so that the snapshot is taken.
+            const int32_t limit = req.snap_pos != 0 ? req.snap_pos : n_prompt;
+            reused = reuse_prefix(ctx, live, session.snapshots, req.prompt, limit, draft);
         } else {
             llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
             live.clear();
@@ -190,6 +219,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
                 draft->clear();
             }
         }
+        const int32_t n_reused = reused.n_tokens;
         if (req.snap_pos != 0 && req.snap_pos == n_reused) {
             snapshot_here();
         }
@@ -197,6 +227,10 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             auto end = static_cast<int32_t>(std::min<int64_t>(n_prompt, (pos / n_chunk + 1) * n_chunk));
             if (req.snap_pos > pos && req.snap_pos < end) {
                 end = req.snap_pos;
+            }
+            const auto next_mark = std::upper_bound(req.marks.begin(), req.marks.end(), pos);
+            if (next_mark != req.marks.end() && *next_mark < end) {
+                end = *next_mark;
             }
             batch.clear();
             for (int32_t i = pos; i < end; ++i) {
@@ -215,8 +249,11 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             }
             session.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
             pos = end;
-            if (pos % n_chunk == 0) {
+            if (pos % n_chunk == 0 || is_mark(pos)) {
                 canonicalize_window_cells(ctx);  // where a restore from here would start
+            }
+            if (req.reuse && (is_mark(pos) || pos == n_prompt || pos % (kCheckpointEveryChunks * n_chunk) == 0)) {
+                capture_checkpoint(ctx, live, engine.n_vocab);
             }
             if (pos == req.snap_pos) {
                 snapshot_here();
@@ -252,6 +289,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             ++session.stats.cancelled;
         }
         session.stats.last_prefill_tok_s = tokens_per_second(static_cast<uint64_t>(n_prompt - n_reused), prefill_ms);
+        session.stats.tokens_reused += static_cast<uint64_t>(n_reused);
         session.stats.last_decode_tok_s = tokens_per_second(static_cast<uint64_t>(emitter.n_out()), decode_ms);
         spec.totals.add(spec_counters);
 
@@ -259,6 +297,11 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         reply.add("n_prompt", n_prompt);
         if (from) {
             reply.add("n_reused", n_reused);
+        } else {
+            reply.add("n_cached", n_reused);  // PROTOCOL.md 5.10
+            if (reused.source == ReusedPrefix::Source::kSlot) {
+                reply.add("cache_slot", reused.slot);
+            }
         }
         reply.add("n_gen", emitter.n_out()).add("finish", finish_name(finish)).add_ms("prefill_ms", prefill_ms).add_ms(
             "decode_ms", decode_ms);

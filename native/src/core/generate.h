@@ -23,6 +23,12 @@ struct GenerateRequest {
     llama_sampler_ptr grammar;  // null: unconstrained
     int32_t snap_pos = 0;       // snap=L:S; 0: none
     int32_t snap_slot = -1;
+    // reuse=0|1: start from the longest prefix of the prompt whose state the daemon holds
+    // (PROTOCOL.md 5.10); `restore` names its prefix instead.
+    bool reuse = true;
+    // marks=L,L,...: prompt positions where the prefill splits and, with reuse, keeps a
+    // checkpoint (ascending, each in 1 .. n_prompt).
+    std::vector<int32_t> marks;
 };
 
 // Parses `<ids> <n_gen> [options]` given as words. Validation order: option values,

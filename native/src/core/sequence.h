@@ -1,8 +1,14 @@
 // The context's one live sequence as the daemon tracks it (PROTOCOL.md 5.5): the tokens
 // whose state the context holds, in position order, and where the logits of the last
 // of them are. A snapshot copies exactly this; a restore puts it back.
+//
+// It also keeps checkpoints (PROTOCOL.md 5.10): copies of the part of the state that
+// cannot be cut back to an earlier position (the recurrent state of a hybrid model, the
+// window cache of a sliding-window one) at chosen prefill positions, so that a later
+// `generate` sharing only a prefix of the sequence can roll back to one of them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -10,6 +16,17 @@
 #include "llama.h"
 
 namespace lucerna {
+
+// The uncuttable part of the sequence's state after its first `n_tokens` tokens
+// (llama_state_seq_get_data_ext with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), and the logits
+// of that last position, so that a prompt of exactly `n_tokens` needs no prefill.
+struct Checkpoint {
+    int32_t n_tokens = 0;
+    std::vector<uint8_t> state;
+    std::vector<float> logits;
+
+    uint64_t bytes() const { return state.size() + logits.size() * sizeof(float); }
+};
 
 class LiveSequence {
 public:
@@ -38,6 +55,34 @@ public:
     void clear() {
         tokens_.clear();
         restored_logits_.clear();
+        checkpoints_.clear();
+    }
+
+    // The context was cut back to its first `n` tokens (n < size()). The current logits
+    // are then unknown until the next decode, or given (a checkpoint's).
+    void truncated(int32_t n, const std::vector<float> & logits = {}) {
+        tokens_.resize(static_cast<size_t>(n));
+        restored_logits_ = logits;
+        drop_checkpoints_after(n);
+    }
+
+    // Checkpoints, ordered by position; at most kMaxCheckpoints, the oldest positions go
+    // first when there are more (a conversation moves forward).
+    static constexpr size_t kMaxCheckpoints = 16;
+    const std::vector<Checkpoint> & checkpoints() const { return checkpoints_; }
+    void add_checkpoint(Checkpoint checkpoint) {
+        drop_checkpoints_after(checkpoint.n_tokens - 1);
+        checkpoints_.push_back(std::move(checkpoint));
+        if (checkpoints_.size() > kMaxCheckpoints) {
+            checkpoints_.erase(checkpoints_.begin());
+        }
+    }
+    uint64_t checkpoint_bytes() const {
+        uint64_t total = 0;
+        for (const auto & c : checkpoints_) {
+            total += c.bytes();
+        }
+        return total;
     }
 
     // Logits of the last position; nullptr when nothing was decoded.
@@ -49,7 +94,14 @@ public:
     }
 
 private:
+    void drop_checkpoints_after(int32_t n) {
+        checkpoints_.erase(std::remove_if(checkpoints_.begin(), checkpoints_.end(),
+                                          [n](const Checkpoint & c) { return c.n_tokens > n; }),
+                           checkpoints_.end());
+    }
+
     std::vector<int32_t> tokens_;
+    std::vector<Checkpoint> checkpoints_;
     std::vector<float> restored_logits_;  // empty: the logits are the context's
     int32_t logits_row_ = -1;
 };

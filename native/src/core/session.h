@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "core/args.h"
 #include "core/cancel.h"
@@ -18,7 +19,8 @@ namespace lucerna {
 
 struct Stats {
     uint64_t requests = 0;       // generate and restore commands that ran (including cancelled ones)
-    uint64_t tokens_prompt = 0;  // prompt tokens prefilled (a restore's reused ones are not)
+    uint64_t tokens_prompt = 0;  // prompt tokens prefilled (reused ones are not)
+    uint64_t tokens_reused = 0;  // prompt tokens taken from held state instead (PROTOCOL.md 5.10)
     uint64_t tokens_generated = 0;
     uint64_t cancelled = 0;
     double last_prefill_tok_s = 0.0;  // of the last generate or restore; 0 before any
@@ -36,6 +38,8 @@ struct Session {
     SnapshotStore snapshots;
     LiveSequence live;
     bool parked = false;  // the target's weights and context are released (core/park.h)
+    // What a snapshot file must carry to be loaded here (core/snapshot_files.h).
+    std::string state_identity;
     uint64_t model_bytes = 0;  // the target's weights as loaded; park does not change it
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 

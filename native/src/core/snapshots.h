@@ -40,6 +40,8 @@ public:
 
     // Throws empty_slot.
     const Snapshot & at(int32_t slot) const;
+    // nullptr for an empty slot; `slot` must be in range.
+    const Snapshot * find(int32_t slot) const { return slots_[static_cast<size_t>(slot)].get(); }
     void put(int32_t slot, std::unique_ptr<Snapshot> snapshot) {
         slots_[static_cast<size_t>(slot)] = std::move(snapshot);
     }

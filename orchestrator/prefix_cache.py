@@ -1,0 +1,450 @@
+"""The prefix cache: a token prefix whose state was computed once is restored, not
+recomputed (PROTOCOL.md 5.10).
+
+Three tiers, one idea:
+
+- **The daemon's live sequence** (and its checkpoints): a ``generate`` whose prompt
+  extends what the daemon holds prefills only the rest. The daemon does this itself;
+  nothing here has to ask.
+- **Host RAM**: snapshots in the daemon's slots, indexed here by their token prefix.
+  The front end takes them where conversations begin to differ: at the end of the
+  shared system prompt and tools (the first mark of a prompt), and, when a request is
+  about to replace a conversation the daemon holds, that conversation's whole state (so
+  interleaved conversations each keep theirs). The daemon's ``generate`` restores the
+  longest slot whose tokens start the prompt. LRU within a byte budget.
+- **Disk** (``kv_cache_dir``): every RAM snapshot is also written to a file named by the
+  hash of its tokens, under the daemon's ``state_id`` (the model file, engine build and
+  every setting that changes the state), so a restarted daemon or server finds it. The
+  daemon checks each file's identity and checksum when loading it; a file it refuses
+  is counted, logged and deleted. LRU by file time within a byte budget.
+
+Everything here runs inside a request's turn of the model's queue (one generation at a
+time), except the disk writes, which a background task makes between requests; a slot
+waiting to be written is pinned so eviction cannot reuse it meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import trio
+
+from daemons.client import DaemonClient
+from daemons.errors import DaemonDiedError, DaemonReplyError
+from protocol import GenerateSummary
+
+__all__ = [
+    "DEFAULT_RAM_SHARE",
+    "MAX_DEFAULT_RAM_BYTES",
+    "CacheSettings",
+    "CacheStats",
+    "PrefixCache",
+    "default_ram_bytes",
+]
+
+log = logging.getLogger("lucerna.cache")
+
+MIN_SNAPSHOT_TOKENS = 32
+"""Prefixes shorter than this prefill faster than a slot is worth."""
+MAX_DEFAULT_RAM_BYTES = 8 << 30
+"""The default host-RAM budget is at most this (llama-server's ``--cache-ram`` default)..."""
+DEFAULT_RAM_SHARE = 4
+"""...and at most 1/this of the memory available when the server starts."""
+_FILE_SUFFIX = ".lsnap"
+
+
+def default_ram_bytes() -> int:
+    """The host-RAM budget when none is configured: a quarter of available memory, at
+    most 8 GiB."""
+    available: int = psutil.virtual_memory().available
+    return min(MAX_DEFAULT_RAM_BYTES, available // DEFAULT_RAM_SHARE)
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    ram_bytes: int
+    """Host-RAM budget for one model's snapshots; 0 turns the cache off (and every
+    request prefills from token 0)."""
+    disk_dir: Path | None = None
+    disk_bytes: int = 0
+    """Byte budget of ``disk_dir`` (per model); 0 with a dir means no limit."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.ram_bytes > 0
+
+
+@dataclass
+class CacheStats:
+    """Counters for /metrics and /status."""
+
+    hits: int = 0
+    """Requests that reused at least one cached prompt token."""
+    misses: int = 0
+    tokens_reused: int = 0
+    ram_bytes: int = 0
+    disk_bytes: int = 0
+    evictions_ram: int = 0
+    evictions_disk: int = 0
+    disk_writes: int = 0
+    disk_loads: int = 0
+    disk_rejected: int = 0
+    """Files the daemon refused: another identity, truncated or corrupt."""
+
+
+@dataclass
+class _Entry:
+    slot: int
+    tokens: bytes
+    """The prefix as int32 little-endian, for prefix tests by ``bytes.startswith``."""
+    host_bytes: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    pinned: bool = False
+    """A disk write is pending: the slot must not be freed or reused."""
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens) // 4
+
+    @property
+    def key(self) -> str:
+        return prefix_key(self.tokens)
+
+
+def token_bytes(ids: Sequence[int]) -> bytes:
+    """Token ids as int32 little-endian, the daemons' token file format."""
+    return struct.pack(f"<{len(ids)}i", *ids)
+
+
+def prefix_key(tokens: bytes) -> str:
+    """The file name stem of a prefix: the hash of its tokens (int32 LE)."""
+    return hashlib.sha256(tokens).hexdigest()[:40]
+
+
+class PrefixCache:
+    """One model's host-RAM and disk tiers; see the module docstring."""
+
+    def __init__(self, model: str, settings: CacheSettings, n_slots: int) -> None:
+        self.model = model
+        self.settings = settings
+        self.n_slots = n_slots
+        self.stats = CacheStats()
+        self._entries: dict[int, _Entry] = {}
+        self._client: DaemonClient | None = None
+        self._state_dir: Path | None = None
+        self._live: bytes = b""
+        """What the daemon's live sequence holds at most: the last request's prompt and
+        generated tokens (it holds a prefix of them)."""
+        self._live_saved = False
+        self._stale_slots: set[int] = set()
+        """Slots a cancelled request may have filled without our knowing."""
+        self._saves_send, self._saves_recv = trio.open_memory_channel[tuple[DaemonClient, _Entry]](
+            math.inf)
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.enabled
+
+    def describe(self) -> str:
+        ram = f"{self.settings.ram_bytes >> 20} MiB host RAM"
+        if not self.enabled:
+            return "prefix cache off"
+        if self.settings.disk_dir is None:
+            return f"prefix cache: {ram}"
+        disk = (f"{self.settings.disk_bytes >> 20} MiB" if self.settings.disk_bytes
+                else "no limit")
+        return f"prefix cache: {ram}, disk {self.settings.disk_dir} ({disk})"
+
+    def status(self) -> dict[str, object]:
+        """Budgets, fill and counters, for /status and /props."""
+        return {
+            "enabled": self.enabled,
+            "ram_budget_bytes": self.settings.ram_bytes,
+            "ram_bytes": self.stats.ram_bytes,
+            "ram_entries": len(self._entries),
+            "disk_dir": None if self.settings.disk_dir is None else str(self.settings.disk_dir),
+            "disk_budget_bytes": self.settings.disk_bytes,
+            "disk_bytes": self.stats.disk_bytes,
+            "hits": self.stats.hits,
+            "misses": self.stats.misses,
+            "tokens_reused": self.stats.tokens_reused,
+            "evictions_ram": self.stats.evictions_ram,
+            "evictions_disk": self.stats.evictions_disk,
+            "disk_writes": self.stats.disk_writes,
+            "disk_loads": self.stats.disk_loads,
+            "disk_rejected": self.stats.disk_rejected,
+        }
+
+    # --- daemon lifecycle -------------------------------------------------------------
+
+    def daemon_started(self, client: DaemonClient) -> None:
+        """A (re)started daemon holds no slots and no live sequence."""
+        self._client = client
+        self._entries.clear()
+        self._stale_slots.clear()
+        self._live = b""
+        self._live_saved = False
+        self.stats.ram_bytes = 0
+        state_id = client.ready.fields.get("state_id") if client.ready else None
+        self._state_dir = None
+        if self.settings.disk_dir is not None and state_id:
+            self._state_dir = self.settings.disk_dir / f"{self.model}-{state_id}"
+            self._state_dir.mkdir(parents=True, exist_ok=True)
+            for leftover in self._state_dir.glob(f"*{_FILE_SUFFIX}.tmp.*"):
+                leftover.unlink(missing_ok=True)  # a write a crash cut short
+            self.stats.disk_bytes = self._disk_usage()
+
+    async def run_disk_writer(self) -> None:
+        """Write pinned snapshots to disk, one at a time, between requests (run in the
+        server's nursery)."""
+        async for client, entry in self._saves_recv:
+            try:
+                if self._state_dir is None or self._entries.get(entry.slot) is not entry:
+                    continue
+                path = self._state_dir / f"{entry.key}{_FILE_SUFFIX}"
+                if not path.exists():
+                    await client.save_slot(entry.slot, path)
+                    self.stats.disk_writes += 1
+                    self._trim_disk()
+            except (DaemonDiedError, DaemonReplyError, OSError) as exc:
+                log.warning("model %s: could not write a prefix snapshot to disk: %s",
+                            self.model, exc)
+            finally:
+                entry.pinned = False
+
+    # --- per request -----------------------------------------------------------------
+
+    async def before_generate(self, client: DaemonClient, prompt: Sequence[int],
+                              marks: Sequence[int]) -> tuple[int, int] | None:
+        """Get the daemon ready to reuse what it can of ``prompt``; returns the ``snap``
+        to ask for (the shared prefix up to the first mark, when not cached yet)."""
+        if not self.enabled:
+            return None
+        if client is not self._client:
+            self.daemon_started(client)
+        for stale in sorted(self._stale_slots):
+            await self._free(client, stale)
+        self._stale_slots.clear()
+        wanted = token_bytes(prompt)
+        live_common = _common_prefix_tokens(self._live, wanted)
+        if self._live and live_common < len(self._live) // 4 - 1:
+            # This request replaces the conversation the daemon holds: keep it first.
+            await self._save_live(client)
+        await self._load_from_disk(client, wanted, marks, max(live_common, self._held(wanted)))
+        first = marks[0] if marks else 0
+        shared = wanted[: first * 4]
+        # A snap caps what the daemon reuses at its position: ask only where nothing
+        # held reaches past it.
+        if (first >= MIN_SNAPSHOT_TOKENS and first > max(live_common, self._held(wanted))
+                and not self._has(shared)):
+            snap_slot = await self._free_slot(client)
+            if snap_slot is not None:
+                self._entries[snap_slot] = _Entry(snap_slot, shared)
+                return first, snap_slot
+        return None
+
+    def after_generate(self, prompt: Sequence[int], generated: Sequence[int],
+                       summary: GenerateSummary | None, snap: tuple[int, int] | None) -> None:
+        """Book what the generation left: the live sequence, a snapshot it took, the slot
+        it reused. ``summary`` is None when the generation did not finish cleanly."""
+        if not self.enabled:
+            return
+        self._live = token_bytes([*prompt, *generated])
+        self._live_saved = False
+        if snap is not None:
+            entry = self._entries.get(snap[1])
+            taken = summary is not None and summary.snap_slot == snap[1]
+            if entry is not None and not taken:
+                # Not taken (the daemon reused past it), or unknown (cancelled): free it.
+                del self._entries[snap[1]]
+                if summary is None:
+                    self._stale_slots.add(snap[1])
+        if summary is None:
+            return
+        reused = summary.prompt_tokens_reused
+        if reused > 0:
+            self.stats.hits += 1
+            self.stats.tokens_reused += reused
+        else:
+            self.stats.misses += 1
+        if summary.cache_slot is not None and summary.cache_slot in self._entries:
+            self._entries[summary.cache_slot].last_used = time.monotonic()
+
+    async def settle(self, client: DaemonClient) -> None:
+        """After a generation: learn the sizes of new slots, keep the budget, queue disk
+        writes."""
+        if not self.enabled:
+            return
+        unsized = [e for e in self._entries.values() if e.host_bytes == 0]
+        if unsized:
+            listing = await client.list_slots()
+            known = sum(e.host_bytes for e in self._entries.values())
+            for entry in unsized:
+                if entry.slot not in listing.slots:
+                    del self._entries[entry.slot]
+            unsized = [e for e in unsized if e.slot in self._entries]
+            if unsized:
+                # list_slots gives the total; the new ones share what the known ones leave.
+                share = max(1, (listing.host_bytes - known) // len(unsized))
+                for entry in unsized:
+                    entry.host_bytes = share
+                    self._queue_disk_write(client, entry)
+        await self._keep_budget(client)
+
+    # --- internals -------------------------------------------------------------------
+
+    def _held(self, wanted: bytes) -> int:
+        """The most tokens of ``wanted`` one slot holds."""
+        return max((e.n_tokens for e in self._entries.values() if wanted.startswith(e.tokens)),
+                   default=0)
+
+    def _has(self, tokens: bytes) -> bool:
+        return any(e.tokens == tokens for e in self._entries.values())
+
+    async def _save_live(self, client: DaemonClient) -> None:
+        if self._live_saved or len(self._live) // 4 < MIN_SNAPSHOT_TOKENS:
+            return
+        self._live_saved = True
+        if any(self._live.startswith(e.tokens) and e.n_tokens >= len(self._live) // 4 - 1
+               for e in self._entries.values()):
+            return
+        slot = await self._free_slot(client)
+        if slot is None:
+            return
+        try:
+            info = await client.snapshot(slot)
+        except DaemonReplyError as exc:
+            log.debug("model %s: live sequence not saved: %s", self.model, exc)
+            return
+        entry = _Entry(slot, self._live[: info.n_tokens * 4], host_bytes=info.host_bytes)
+        self._entries[slot] = entry
+        self.stats.ram_bytes += info.host_bytes
+        self._queue_disk_write(client, entry)
+
+    async def _load_from_disk(self, client: DaemonClient, wanted: bytes, marks: Sequence[int],
+                              best: int) -> None:
+        if self._state_dir is None:
+            return
+        hasher = hashlib.sha256()
+        hashed = 0
+        found: tuple[int, Path] | None = None
+        for mark in [*marks, len(wanted) // 4]:
+            if mark <= best or mark < MIN_SNAPSHOT_TOKENS:
+                continue
+            hasher.update(wanted[hashed * 4: mark * 4])
+            hashed = mark
+            path = self._state_dir / f"{hasher.copy().hexdigest()[:40]}{_FILE_SUFFIX}"
+            if path.exists():
+                found = (mark, path)
+        if found is None:
+            return
+        slot = await self._free_slot(client)
+        if slot is None:
+            return
+        mark, path = found
+        try:
+            info = await client.load_slot(slot, path)
+        except DaemonReplyError as exc:
+            self.stats.disk_rejected += 1
+            log.warning("model %s: prefix cache file rejected and removed: %s", self.model,
+                        exc.detail)
+            path.unlink(missing_ok=True)
+            return
+        os.utime(path)  # LRU by file time
+        self.stats.disk_loads += 1
+        self._entries[slot] = _Entry(slot, wanted[: mark * 4], host_bytes=info.host_bytes)
+        self.stats.ram_bytes += info.host_bytes
+
+    async def _free_slot(self, client: DaemonClient) -> int | None:
+        for slot in range(self.n_slots):
+            if slot not in self._entries and slot not in self._stale_slots:
+                return slot
+        victim = self._lru(pinned=False)
+        if victim is None:
+            return None
+        await self._evict(client, victim)
+        return victim.slot
+
+    def _lru(self, *, pinned: bool) -> _Entry | None:
+        candidates = [e for e in self._entries.values() if pinned or not e.pinned]
+        return min(candidates, key=lambda e: e.last_used, default=None)
+
+    async def _evict(self, client: DaemonClient, entry: _Entry) -> None:
+        del self._entries[entry.slot]
+        self.stats.ram_bytes -= entry.host_bytes
+        self.stats.evictions_ram += 1
+        await self._free(client, entry.slot)
+
+    async def _free(self, client: DaemonClient, slot: int) -> None:
+        try:
+            await client.free_snapshot(slot)
+        except DaemonReplyError as exc:
+            if exc.code != "empty_slot":
+                raise
+
+    async def _keep_budget(self, client: DaemonClient) -> None:
+        self.stats.ram_bytes = sum(e.host_bytes for e in self._entries.values())
+        while self.stats.ram_bytes > self.settings.ram_bytes:
+            victim = self._lru(pinned=False)
+            if victim is None:
+                break
+            await self._evict(client, victim)
+
+    def _queue_disk_write(self, client: DaemonClient, entry: _Entry) -> None:
+        if self._state_dir is None:
+            return
+        entry.pinned = True
+        self._saves_send.send_nowait((client, entry))
+
+    def _disk_files(self) -> list[Path]:
+        if self._state_dir is None:
+            return []
+        return list(self._state_dir.glob(f"*{_FILE_SUFFIX}"))
+
+    def _disk_stats(self) -> list[tuple[float, int, Path]]:
+        """(mtime, size, path) of every snapshot file; a file gone meanwhile is skipped."""
+        files = []
+        for path in self._disk_files():
+            with contextlib.suppress(FileNotFoundError):
+                st = path.stat()
+                files.append((st.st_mtime, st.st_size, path))
+        return files
+
+    def _disk_usage(self) -> int:
+        return sum(size for _, size, _ in self._disk_stats())
+
+    def _trim_disk(self) -> None:
+        files = self._disk_stats()
+        total = sum(size for _, size, _ in files)
+        if self.settings.disk_bytes:
+            for _, size, path in sorted(files):
+                if total <= self.settings.disk_bytes:
+                    break
+                path.unlink(missing_ok=True)
+                total -= size
+                self.stats.evictions_disk += 1
+        self.stats.disk_bytes = total
+
+
+def _common_prefix_tokens(a: bytes, b: bytes) -> int:
+    """Tokens two int32 strings share at their start."""
+    n = min(len(a), len(b)) // 4
+    lo, hi = 0, n
+    # Binary search on whole-prefix equality: memcmp-fast even for long prompts.
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[: mid * 4] == b[: mid * 4]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
