@@ -19,6 +19,7 @@ from orchestrator.api import (
     openai_chat,
     openai_completions,
     openai_responses,
+    tokenization,
 )
 from orchestrator.api._dialect import (
     OPENAI_ERRORS,
@@ -64,7 +65,10 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
         return DialectRoute(path, serve, errors=errors, methods=["POST"])
 
     async def models(request: Request) -> Response:
-        return JSONResponse(model_info.model_list(registry))
+        return await model_info.models_endpoint(request, registry)
+
+    async def model(request: Request) -> Response:
+        return await model_info.model_endpoint(request, registry)
 
     async def props(request: Request) -> Response:
         return await model_info.props_endpoint(request, registry, settings.keepalive_interval)
@@ -95,6 +99,10 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
             dialect("/v1/messages", anthropic_messages.messages, anthropic),
             dialect("/v1/messages/count_tokens", anthropic_messages.count_tokens, anthropic),
             Route("/v1/models", models, methods=["GET"]),
+            # ``path``: a model id may hold slashes (``org/name``).
+            Route("/v1/models/{model_id:path}", model, methods=["GET"]),
+            dialect("/tokenize", tokenization.tokenize),
+            dialect("/detokenize", tokenization.detokenize),
             Route("/props", props, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             *metrics.routes(),

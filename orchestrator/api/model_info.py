@@ -1,13 +1,21 @@
-"""What the server says about its models: ``GET /v1/models`` and ``GET /props``.
+"""What the server says about its models: ``GET /v1/models``,
+``GET /v1/models/{id}`` and ``GET /props``.
 
 ``/v1/models`` answers three clients with one body. Its ``data`` list holds OpenAI
 ``Model`` objects (``id``, ``object``, ``created``, ``owned_by``) that also carry
 Anthropic's ``ModelInfo`` fields (``type``, ``display_name``, ``created_at``,
-``max_input_tokens``, ``max_tokens``), and the body's ``models`` list is Codex's
+``lifecycle``, ``max_input_tokens``, ``max_tokens``) beside Anthropic's page fields
+(``has_more``, ``first_id``, ``last_id``), and the body's ``models`` list is Codex's
 catalog (``ModelsResponse``), which Codex fetches as
 ``GET /v1/models?client_version=...`` when its provider has an ``auth`` command
 (``lucerna clients`` prints such a config). Each SDK reads its own keys and ignores
-the others'.
+the others'. Anthropic's query (``limit``, ``after_id``, ``before_id``,
+``lifecycle[]``) pages and filters ``data``; OpenAI's clients send none of it and
+get every model. ``/v1/models/{id}`` is one ``data`` entry, for both SDKs.
+
+Both SDKs share these paths, so the route cannot declare one error shape
+(api/_dialect.py): the Anthropic SDK always sends ``anthropic-version`` and the
+OpenAI SDK never does, so that header picks the shape of a 404 or 400.
 
 The Codex entry is what makes Codex usable on a local model: its ``context_window``
 is the served context (Codex's fallback assumes a frontier model's); its
@@ -27,21 +35,30 @@ build, capabilities.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from orchestrator.api._dialect import OPENAI_ERRORS, ErrorShape
 from orchestrator.api._fields import DEFAULT_SAMPLING
-from orchestrator.errors import ModelNotFoundError
+from orchestrator.api.anthropic_messages import ANTHROPIC_ERRORS
+from orchestrator.errors import BadRequestError, ModelNotFoundError, RequestError
 from orchestrator.metrics import lucerna_version
 from orchestrator.models import OUTPUT_CAP_CONTEXT_SHARE, ModelRegistry, ServedModel
 
-__all__ = ["CODEX_BASE_INSTRUCTIONS", "ENDPOINTS", "codex_model", "model_list", "props"]
+__all__ = ["CODEX_BASE_INSTRUCTIONS", "ENDPOINTS", "codex_model", "model_endpoint",
+           "model_list", "model_object", "models_endpoint", "props"]
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
-             "/v1/messages/count_tokens", "/v1/models", "/props", "/health", "/metrics",
-             "/status")
+             "/v1/messages/count_tokens", "/v1/models", "/v1/models/{id}", "/props",
+             "/tokenize", "/detokenize", "/health", "/metrics", "/status")
+
+# Anthropic's ``GET /v1/models`` query: ``limit`` is 1-1000 (its default, 20, applies
+# only when the client sends a limit: OpenAI clients cannot page, so they get all).
+MAX_PAGE = 1000
+LIFECYCLES = ("active", "deprecated", "retired")
 
 CODEX_BASE_INSTRUCTIONS = (
     "You are Codex, a coding agent in the user's terminal, running on a model that "
@@ -93,32 +110,107 @@ def codex_model(model: ServedModel, priority: int) -> dict[str, Any]:
     }
 
 
-def model_list(registry: ModelRegistry) -> dict[str, Any]:
-    """The ``/v1/models`` body: OpenAI's list, Anthropic's fields, Codex's catalog."""
-    data = [
-        {
-            "id": model.name,
-            "object": "model",
-            "created": model.created,
-            "owned_by": "lucerna",
-            "type": "model",
-            "display_name": model.name,
-            "created_at": _created_at(model),
-            "max_input_tokens": model.n_ctx,
-            "max_tokens": model.output_cap,
-            "meta": {"architecture": model.info.architecture, "n_ctx": model.n_ctx,
-                     "size_bytes": model.info.size_bytes},
-        }
-        for model in registry
-    ]
+def model_object(model: ServedModel) -> dict[str, Any]:
+    """``model`` as an OpenAI ``Model`` that is also an Anthropic ``ModelInfo``."""
+    return {
+        "id": model.name,
+        "object": "model",
+        "created": model.created,
+        "owned_by": "lucerna",
+        "type": "model",
+        "display_name": model.name,
+        "created_at": _created_at(model),
+        "lifecycle": "active",
+        "deprecated_at": None,
+        "retires_at": None,
+        "max_input_tokens": model.n_ctx,
+        "max_tokens": model.output_cap,
+        "meta": {"architecture": model.info.architecture, "n_ctx": model.n_ctx,
+                 "size_bytes": model.info.size_bytes},
+    }
+
+
+def model_list(registry: ModelRegistry, query: Mapping[str, list[str]] | None = None
+               ) -> dict[str, Any]:
+    """The ``/v1/models`` body: OpenAI's list, Anthropic's page, Codex's catalog.
+
+    ``query`` is the request's query, each key with all its values; Anthropic's keys
+    page and filter ``data`` (``BadRequestError`` for a bad one), Codex's catalog
+    always lists every model.
+    """
+    data, has_more = _page([model_object(model) for model in registry], query or {})
     return {
         "object": "list",
         "data": data,
-        "has_more": False,
+        "has_more": has_more,
         "first_id": data[0]["id"] if data else None,
         "last_id": data[-1]["id"] if data else None,
         "models": [codex_model(model, i) for i, model in enumerate(registry)],
     }
+
+
+def _page(data: list[dict[str, Any]], query: Mapping[str, list[str]]
+          ) -> tuple[list[dict[str, Any]], bool]:
+    """Anthropic's paging over ``data``: the entries after ``after_id`` (or before
+    ``before_id``), at most ``limit`` of them, and whether more lie beyond."""
+    def one(key: str) -> str | None:
+        values = query.get(key, [])
+        if len(values) > 1:
+            raise BadRequestError(f"{key}: give it once", param=key)
+        return values[0] if values else None
+
+    # The anthropic SDK writes the lifecycle list as ``lifecycle[]=active&...``.
+    lifecycles = [*query.get("lifecycle[]", []), *query.get("lifecycle", [])]
+    for value in lifecycles:
+        if value not in LIFECYCLES:
+            raise BadRequestError(f"lifecycle: {value!r} is not one of "
+                                  f"{', '.join(LIFECYCLES)}", param="lifecycle")
+    if lifecycles and "active" not in lifecycles:
+        data = []  # every served model is active
+    limit_text, after_id, before_id = one("limit"), one("after_id"), one("before_id")
+    limit = len(data)
+    if limit_text is not None:
+        try:
+            limit = int(limit_text)
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequestError(f"limit: must be an integer from 1 to {MAX_PAGE}, got "
+                                  f"{limit_text!r}", param="limit")
+    if after_id is not None and before_id is not None:
+        raise BadRequestError("give after_id or before_id, not both", param="before_id")
+    ids = [entry["id"] for entry in data]
+    for key, cursor in (("after_id", after_id), ("before_id", before_id)):
+        if cursor is not None and cursor not in ids:
+            raise BadRequestError(f"{key}: no model {cursor!r} is listed", param=key)
+    if before_id is not None:
+        end = ids.index(before_id)
+        return data[max(0, end - limit):end], end > limit
+    start = 0 if after_id is None else ids.index(after_id) + 1
+    return data[start:start + limit], start + limit < len(data)
+
+
+def _errors(request: Request) -> ErrorShape:
+    return ANTHROPIC_ERRORS if "anthropic-version" in request.headers else OPENAI_ERRORS
+
+
+async def models_endpoint(request: Request, registry: ModelRegistry) -> Response:
+    """``GET /v1/models``."""
+    query = {key: request.query_params.getlist(key) for key in request.query_params}
+    try:
+        return JSONResponse(model_list(registry, query))
+    except RequestError as exc:
+        return _errors(request).response(exc)
+
+
+async def model_endpoint(request: Request, registry: ModelRegistry) -> Response:
+    """``GET /v1/models/{id}``: one model, in OpenAI's and Anthropic's shape at once."""
+    name = request.path_params["model_id"]
+    try:
+        model = registry.get(name)
+    except ModelNotFoundError as exc:
+        return _errors(request).response(exc)
+    return JSONResponse(model_object(model))
 
 
 def props(model: ServedModel, registry: ModelRegistry,
