@@ -413,7 +413,8 @@ def test_compress_summary() -> None:
 @pytest.mark.parametrize(
     ("read", "line", "reason"),
     [
-        (SnapshotInfo.from_reply, "ok restore slot=1", "expected an 'ok snapshot' or 'ok load_slot' reply"),
+        (SnapshotInfo.from_reply, "ok restore slot=1",
+         "expected an 'ok snapshot' or 'ok load_slot' reply"),
         (SnapshotInfo.from_reply, "ok snapshot slot=1 n_tokens=2", "lacks bytes="),
         (SlotList.from_reply, "ok list_slots bytes=0", "lacks slots="),
         (SlotList.from_reply, "ok list_slots slots=0 bytes=0", "not a new slot:n_tokens pair"),

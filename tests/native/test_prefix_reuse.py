@@ -1,0 +1,193 @@
+"""Prefix reuse and snapshot files (PROTOCOL.md 5.10) on real daemons.
+
+Equality with a generation from an empty sequence is checked with the F32 KV cache and
+flash attention off (``EXACT``), the setting PROTOCOL.md 5.10 names: there the test
+models' F16 kernels compute a position the same way in a batch of one (decode) and in
+a prefill chunk, so reuse cannot flip a near-tie. Each model is one kind of memory the
+daemon must cut back exactly: qwen3 (attention only: cut anywhere), qwen35 (Gated
+DeltaNet recurrent state: checkpoints), laguna (mixture of experts with a sliding
+window: checkpoints of the window cache).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXACT = ("--kv-type=f32", "--flash-attn=off")
+ONE_THREAD = "--threads=1"
+ROLE = {"qwen3": "qwen35", "qwen35": "qwen35", "laguna": "laguna"}
+
+
+def ids(tokens: list[int]) -> str:
+    return "ids:" + ",".join(map(str, tokens))
+
+
+def generate(daemon: Any, prompt: list[int], n: int,
+             *options: str) -> tuple[list[int], dict[str, str]]:
+    line = f"generate {ids(prompt)} {n} ignore_eos=1 {' '.join(options)}"
+    tokens, reply = daemon.stream_command(line)
+    return tokens, daemon.ok(reply, "generate")
+
+
+@pytest.fixture(scope="module", params=sorted(ROLE))
+def target(request: Any, spawn_for_module: Any, native: Any, test_models: dict[str, Path]) -> Any:
+    daemon = spawn_for_module(native.binary(ROLE[request.param]), test_models[request.param],
+                              "--n-ctx=1024", "--chunk=32", ONE_THREAD, *EXACT)
+    daemon.ready_fields = daemon.ready()
+    daemon.model = request.param
+    return daemon
+
+
+def conversation(seed: int, n: int) -> list[int]:
+    r = random.Random(seed)
+    return [r.randrange(100, 5000) for _ in range(n)]
+
+
+def test_each_turn_of_a_conversation_reuses_what_the_last_left(target: Any) -> None:
+    """A growing conversation, as an agent sends it: every turn is the previous prompt,
+    its reply and new words. The daemon held the previous prompt and all of the reply
+    but its last token (sampled, never decoded): all of that is reused, and each turn's
+    tokens equal a generation from an empty sequence."""
+    prompt = conversation(1, 70)
+    turns = []
+    for turn in range(4):
+        tokens, fields = generate(target, prompt, 12, f"marks={len(prompt) - 9}")
+        if turn > 0:
+            assert fields["n_cached"] == str(len(prompt) - 15 - 1), (target.model, fields)
+        turns.append((prompt, tokens))
+        prompt = prompt + tokens + conversation(10 + turn, 15)
+    for turn, (prompt, tokens) in enumerate(turns):
+        cold, fields = generate(target, prompt, 12, "reuse=0", f"marks={len(prompt) - 9}")
+        assert fields["n_cached"] == "0"
+        assert cold == tokens, (target.model, turn)
+
+
+def test_a_diverging_prompt_goes_back_to_a_mark_or_cuts(target: Any) -> None:
+    """A prompt sharing only part of the live sequence: an attention-only model cuts
+    back to exactly what is shared; the others go back to the newest checkpoint inside it
+    (here the mark the earlier prefill kept)."""
+    base = conversation(2, 80)
+    generate(target, base, 4, "marks=40,64")
+    diverging = base[:70] + conversation(3, 10)
+    tokens, fields = generate(target, diverging, 8)
+    expected, _ = generate(target, diverging, 8, "reuse=0")
+    assert tokens == expected
+    want = 70 if target.model == "qwen3" else 64
+    assert fields["n_cached"] == str(want), (target.model, fields)
+
+
+def test_the_same_prompt_again_starts_from_its_checkpointed_logits(target: Any) -> None:
+    prompt = conversation(4, 50)
+    first, _ = generate(target, prompt, 6)
+    again, fields = generate(target, prompt, 6)
+    assert again == first
+    # qwen3 cuts to all but the last token; the others kept the prompt's end with its
+    # logits and prefill nothing.
+    assert fields["n_cached"] == str(49 if target.model == "qwen3" else 50), fields
+
+
+def test_a_slot_whose_tokens_start_the_prompt_is_reused(target: Any) -> None:
+    shared = conversation(5, 48)
+    generate(target, shared + conversation(6, 10), 4, "snap=48:3")
+    generate(target, conversation(7, 30), 2)  # another conversation replaces the live one
+    prompt = shared + conversation(8, 12)
+    tokens, fields = generate(target, prompt, 6)
+    expected, _ = generate(target, prompt, 6, "reuse=0")
+    assert tokens == expected
+    assert (fields["n_cached"], fields["cache_slot"]) == ("48", "3")
+    target.command("free_snapshot 3")
+
+
+def test_a_snap_caps_the_reuse_so_the_snapshot_is_taken(target: Any) -> None:
+    prompt = conversation(9, 64)
+    generate(target, prompt, 2)
+    _, fields = generate(target, [*prompt, 7, 8], 2, "snap=32:4", "marks=32")
+    assert (fields["snap_slot"], fields["snap_pos"]) == ("4", "32")
+    assert int(fields["n_cached"]) <= 32
+    assert "4:32" in target.ok(target.command("list_slots"), "list_slots")["slots"]
+    target.command("free_snapshot 4")
+
+
+def test_marks_are_checked(target: Any) -> None:
+    for marks in ("marks=0", "marks=5,5", "marks=9,3", "marks=99", "marks=x"):
+        _, reply = target.stream_command(f"generate {ids(conversation(1, 8))} 1 {marks}")
+        assert target.err(reply) == "bad_args", (marks, reply)
+    generate(target, [1, 2], 1, "snap=2:0")
+    _, reply = target.stream_command(f"restore 0 {ids([1, 2])} 1 reuse=1")  # generate's only
+    assert target.err(reply) == "bad_args"
+    target.command("free_snapshot 0")
+
+
+def test_snapshot_files_round_trip_and_refuse_what_is_not_theirs(
+        target: Any, spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path) -> None:
+    prompt = conversation(11, 40)
+    expected, _ = generate(target, [*prompt, 9, 9], 5, "reuse=0", "snap=40:6")
+    path = tmp_path / "conv.lsnap"
+    saved = target.ok(target.command(f"save_slot 6 {path}"), "save_slot")
+    assert int(saved["bytes"]) == path.stat().st_size > 0
+    assert not list(tmp_path.glob("*.tmp.*"))
+    target.command("free_snapshot 6")
+    loaded = target.ok(target.command(f"load_slot 7 {path}"), "load_slot")
+    assert (loaded["slot"], loaded["n_tokens"]) == ("7", "40")
+    generate(target, conversation(12, 20), 1)  # the live sequence is something else
+    tokens, fields = generate(target, [*prompt, 9, 9], 5)
+    assert tokens == expected and (fields["n_cached"], fields["cache_slot"]) == ("40", "7")
+
+    data = path.read_bytes()
+    corrupt = tmp_path / "corrupt.lsnap"
+    corrupt.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    truncated = tmp_path / "truncated.lsnap"
+    truncated.write_bytes(data[: len(data) // 2])
+    for bad in (corrupt, truncated, tmp_path / "missing.lsnap", test_models["qwen3"]):
+        reply = target.command(f"load_slot 7 {bad}")
+        assert target.err(reply) == "bad_snapshot_file", (bad, reply)
+    # The failed loads left slot 7 as it was.
+    assert "7:40" in target.ok(target.command("list_slots"), "list_slots")["slots"]
+    assert target.err(target.command(f"save_slot 2 {tmp_path}/empty.lsnap")) == "empty_slot"
+
+    # Another setting (here n_ctx) is another state identity: the file is refused.
+    other = spawn(native.binary(ROLE[target.model]), test_models[target.model],
+                  "--n-ctx=512", "--chunk=32", ONE_THREAD, *EXACT)
+    assert other.ready()["state_id"] != target.ready_fields["state_id"]
+    reply = other.command(f"load_slot 0 {path}")
+    assert other.err(reply) == "bad_snapshot_file" and "another model" in reply
+    target.command("free_snapshot 7")
+
+
+def test_a_parked_daemon_saves_and_loads_files(target: Any, tmp_path: Path) -> None:
+    generate(target, conversation(13, 20), 2, "snap=20:1")
+    target.ok(target.command("park"), "park")
+    try:
+        target.ok(target.command(f"save_slot 1 {tmp_path / 'p.lsnap'}"), "save_slot")
+        target.ok(target.command(f"load_slot 2 {tmp_path / 'p.lsnap'}"), "load_slot")
+    finally:
+        target.ok(target.command("unpark"), "unpark")
+    tokens, fields = generate(target, [*conversation(13, 20), 5], 3)
+    expected, _ = generate(target, [*conversation(13, 20), 5], 3, "reuse=0")
+    assert tokens == expected and fields["n_cached"] == "20"
+    for slot in (1, 2):
+        target.command(f"free_snapshot {slot}")
+
+
+def test_speculative_decoding_reuses_the_prefix_losslessly(
+        spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+    """With a DFlash draft the draft's cache is cut with the target's: turns reuse the
+    prefix and still give the autoregressive tokens."""
+    plain = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
+                  ONE_THREAD, *EXACT)
+    drafted = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
+                    ONE_THREAD, *EXACT, f"--draft={test_models['dflash']}")
+    plain.ready()
+    drafted.ready()
+    prompt = conversation(14, 60)
+    for _ in range(3):
+        expected, _ = generate(plain, prompt, 16, "reuse=0")
+        tokens, fields = generate(drafted, prompt, 16, "marks=40")
+        assert tokens == expected
+        assert int(fields["draft_steps"]) > 0
+        prompt = prompt + tokens + conversation(15, 8)
+    assert int(fields["n_cached"]) > 60
