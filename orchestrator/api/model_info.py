@@ -254,6 +254,8 @@ def props(model: ServedModel, registry: ModelRegistry,
             "daemon": sorted(ready.capabilities) if ready is not None else [],
         },
         "keepalive_interval_s": keepalive_interval_s,
+        # llama-server's --cache-ram, and our tiers (orchestrator/prefix_cache.py).
+        "prefix_cache": model.prefix_cache.status() if model.prefix_cache else None,
         "build_info": build,
         "engine": engine,
         "role": model.launch.role.name,

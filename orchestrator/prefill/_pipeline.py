@@ -21,10 +21,13 @@ through them): ``X-Lucerna-Prefill: off|auto|always`` and
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import AsyncGenerator, Mapping
+import struct
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daemons.client import DaemonClient
 from daemons.errors import DaemonError
@@ -48,6 +51,8 @@ log = logging.getLogger("lucerna.prefill")
 MODE_HEADER = "x-lucerna-prefill"
 KEEP_HEADER = "x-lucerna-prefill-keep"
 DRAFTER_WAIT_S = 120.0
+EXACT_CACHE_PROMPTS = 64
+"""Raw prompts whose compression the exact prefill cache remembers."""
 
 
 class PrefillCompressor:
@@ -64,6 +69,13 @@ class PrefillCompressor:
         self._pieces: PieceTable | None = None
         self.compressed = 0
         """Requests compressed so far."""
+        self.exact_hits = 0
+        """Requests whose compression came from ``_exact`` instead of the drafter."""
+        # The exact prefill cache: (raw prompt, keep, options) -> the compressed request's
+        # messages and ids, so a prompt seen before skips the drafter (and, with the
+        # compressed prompt's end marked, the target finds its state in the prefix cache).
+        self._exact: OrderedDict[str, tuple[tuple[Mapping[str, Any], ...], list[int]]] = (
+            OrderedDict())
 
     def describe(self) -> str:
         """One line for the startup log: what compresses, when, and where answers come from."""
@@ -129,6 +141,15 @@ class PrefillCompressor:
         keep_x1000 = curve.keep_x1000(n_prompt)
         if keep_x1000 >= 1000:
             return generation
+        use_exact = model.prefix_cache is not None and model.prefix_cache.enabled
+        key = self._exact_key(generation.prompt, keep_x1000)
+        if use_exact and key in self._exact:
+            self._exact.move_to_end(key)
+            messages, prompt = self._exact[key]
+            self.exact_hits += 1
+            log.info("model %s: prompt %d -> %d tokens from the exact prefill cache", self.name,
+                     n_prompt, len(prompt))
+            return self._compressed(generation, list(messages), prompt)
         drafter = await self._drafter(model)
         if drafter is None:
             return generation
@@ -158,9 +179,28 @@ class PrefillCompressor:
                  result.total_ms,
                  f"; last user message re-appended ({result.requeried})" if result.requeried
                  else "")
-        return replace(generation, prompt=prompt, compressed_tokens=n_prompt - len(prompt),
-                       marks=(),
-                       conversation=Conversation(tuple(result.messages), conversation.tools))
+        if use_exact:
+            self._exact[key] = (tuple(result.messages), prompt)
+            while len(self._exact) > EXACT_CACHE_PROMPTS:
+                self._exact.popitem(last=False)
+        return self._compressed(generation, result.messages, prompt)
+
+    def _exact_key(self, prompt: list[int], keep_x1000: int) -> str:
+        digest = hashlib.sha256(struct.pack(f"<{len(prompt)}i", *prompt))
+        digest.update(repr((keep_x1000, self.settings.options)).encode())
+        return digest.hexdigest()
+
+    @staticmethod
+    def _compressed(generation: GenerationRequest, messages: Sequence[Mapping[str, Any]],
+                    prompt: list[int]) -> GenerationRequest:
+        conversation = generation.conversation
+        assert conversation is not None
+        # The whole compressed prompt is the one mark: the prefix cache snapshots it, so
+        # the same raw prompt again prefills nothing.
+        return replace(generation, prompt=prompt,
+                       compressed_tokens=len(generation.prompt) - len(prompt),
+                       marks=(len(prompt),),
+                       conversation=Conversation(tuple(messages), conversation.tools))
 
     async def _drafter(self, model: ServedModel) -> tuple[DaemonClient, PieceTable] | None:
         if self.supervisor is None:  # proxy mode: the model's own daemon drafts

@@ -349,6 +349,26 @@ def test_auto_mode_compresses_a_long_prompt_and_says_so(prefill_server: LucernaS
 
 
 @pytest.mark.slow
+def test_the_same_long_prompt_again_skips_compression_and_prefill(
+        prefill_server: LucernaServer) -> None:
+    """The exact prefill cache: keyed on the raw prompt, a hit skips the drafter, and the
+    compressed prompt's state comes back from the prefix cache whole."""
+    api = client(prefill_server)
+    messages = long_messages()
+    messages[-1] = {**messages[-1], "content": f"{messages[-1]['content']} (exact cache)"}
+    first, second = (api.chat.completions.create(
+        model="gemma3-270m", messages=messages, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+        for _ in range(2))
+    assert first.choices[0].message.content == second.choices[0].message.content
+    assert first.usage is not None and second.usage is not None
+    assert second.usage.prompt_tokens == first.usage.prompt_tokens
+    details = second.usage.prompt_tokens_details
+    assert details is not None and details.model_extra["compressed_tokens"] > 0  # type: ignore[index]
+    assert details.cached_tokens == second.usage.prompt_tokens
+    assert prefill_server.log().count("from the exact prefill cache") >= 1
+
+
+@pytest.mark.slow
 def test_short_prompts_stay_whole_and_streams_report_the_cut(
         prefill_server: LucernaServer) -> None:
     api = client(prefill_server)

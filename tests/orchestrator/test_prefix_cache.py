@@ -172,6 +172,8 @@ def test_metrics_and_status_show_the_cache(
     assert status["ram_bytes"] <= status["ram_budget_bytes"]
     off = httpx.get(f"{uncached.base_url}/status").json()["models"]["qwen3"]["prefix_cache"]
     assert not off["enabled"] and off["hits"] == 0
+    props = httpx.get(f"{cached.base_url}/props", params={"model": "qwen3"}).json()
+    assert props["prefix_cache"]["ram_budget_bytes"] == status["ram_budget_bytes"]
     metrics = httpx.get(f"{cached.base_url}/metrics").text
     assert 'lucerna_prefix_cache_hits_total{model="qwen3"}' in metrics
     assert 'lucerna_prefix_cache_bytes{model="qwen3",tier="disk"}' in metrics
