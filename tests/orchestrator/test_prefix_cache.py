@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterator
+import os
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import trio
 
+from daemons.client import DaemonClient, open_daemon
+from daemons.roles import ROLES, DaemonLaunch
+from orchestrator.prefix_cache import CacheSettings, PrefixCache, token_bytes
 from tests.conftest import LucernaServer
 
 EXACT = '["--kv-type=f32", "--flash-attn=off"]'
@@ -226,3 +232,135 @@ def test_a_restart_finds_the_prefix_on_disk_and_refuses_tampered_files(
     left = {hashlib.sha256(p.read_bytes()).hexdigest()
             for p in (tmp_path / "kv").glob("qwen35-*/*.lsnap")}
     assert not digests & left
+
+
+# --- the cache's bookkeeping against a real daemon, without HTTP ------------------------
+
+def qwen3_launch(native: Any, test_models: dict[str, Path], slots: int = 8) -> DaemonLaunch:
+    return DaemonLaunch(role=ROLES["qwen35"], executable=native.binary("qwen35"),
+                        model=test_models["qwen3"], n_ctx=1024, threads=1, chunk=32,
+                        slots=slots)
+
+
+def distinct_prompt(seed: int, n: int = 80) -> list[int]:
+    return [1000 + (seed * 7919 + i * 104729) % 30000 for i in range(n)]
+
+
+async def turn(cache: PrefixCache, client: DaemonClient, prompt: list[int],
+               marks: tuple[int, ...], *, leave_after: int | None = None) -> list[int]:
+    """One generation as generation.py drives it; ``leave_after`` tokens, then cancel."""
+    snap = await cache.before_generate(client, prompt, marks)
+    generated: list[int] = []
+    stream = None
+    try:
+        async with client.generate(prompt, 6, ignore_eos=True, snap=snap, marks=marks) as stream:
+            async for token in stream:
+                generated.append(token)
+                if leave_after is not None and len(generated) >= leave_after:
+                    break
+    finally:
+        summary = stream.summary if stream is not None and stream.done else None
+        cache.after_generate(prompt, generated, summary, snap)
+    await cache.settle(client)
+    return generated
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    # Polled: the disk writer announces nothing (it needs no event of its own).
+    while not condition():  # noqa: ASYNC110
+        await trio.sleep(0.05)
+
+
+async def assert_consistent(cache: PrefixCache, client: DaemonClient) -> None:
+    """What the cache indexes is exactly what the daemon's slots hold."""
+    listing = await client.list_slots()
+    assert {e.slot: e.n_tokens for e in cache._entries.values()} == listing.slots
+    assert cache.stats.ram_bytes == listing.host_bytes
+
+
+async def test_eviction_keeps_the_budget_in_lru_order(native: Any,
+                                                      test_models: dict[str, Path]) -> None:
+    async with open_daemon(qwen3_launch(native, test_models)) as client:
+        probe = PrefixCache("qwen3", CacheSettings(ram_bytes=1 << 40), 8)
+        await turn(probe, client, distinct_prompt(0), (64,))
+        one = next(iter(probe._entries.values())).host_bytes
+        # Room for two snapshots of a 64-token system prompt, not three.
+        cache = PrefixCache("qwen3", CacheSettings(ram_bytes=2 * one + one // 2), 8)
+        for seed in range(1, 5):
+            await turn(cache, client, distinct_prompt(seed), (64,))
+            await assert_consistent(cache, client)
+            assert cache.stats.ram_bytes <= cache.settings.ram_bytes
+        assert cache.stats.evictions_ram >= 2
+        # Each new conversation also saved the one it replaced; least recently used
+        # went first: the newest system prompt is held, the oldest ones are not.
+        held = {e.tokens for e in cache._entries.values()}
+        assert token_bytes(distinct_prompt(4)[:64]) in held
+        assert not held & {token_bytes(distinct_prompt(s)[:64]) for s in (1, 2)}
+        # The survivors are reused: a new conversation on system prompt 4.
+        before = cache.stats.tokens_reused
+        await turn(cache, client, [*distinct_prompt(4)[:64], 5, 6, 7], (64,))
+        assert cache.stats.tokens_reused - before >= 64
+
+
+async def test_a_cancelled_request_leaves_the_cache_consistent(
+        native: Any, test_models: dict[str, Path]) -> None:
+    async with open_daemon(qwen3_launch(native, test_models)) as client:
+        cache = PrefixCache("qwen3", CacheSettings(ram_bytes=1 << 30), 8)
+        # Leaves after its first token: the snapshot was taken (during the prefill) but
+        # the summary never arrives, so the cache does not know it.
+        await turn(cache, client, distinct_prompt(10), (64,), leave_after=1)
+        await turn(cache, client, distinct_prompt(11), (64,))
+        await assert_consistent(cache, client)
+        await turn(cache, client, [*distinct_prompt(11)[:64], 1, 2], (64,))
+        assert cache.stats.hits >= 1
+        await assert_consistent(cache, client)
+
+
+async def test_a_daemon_crash_between_snapshot_and_restore(
+        native: Any, test_models: dict[str, Path], tmp_path: Path) -> None:
+    cache = PrefixCache("qwen3", CacheSettings(ram_bytes=1 << 30, disk_dir=tmp_path), 8)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cache.run_disk_writer)
+        async with open_daemon(qwen3_launch(native, test_models)) as client:
+            cache.daemon_started(client)
+            first = await turn(cache, client, distinct_prompt(20), (64,))
+            with trio.fail_after(30):  # the writer saves the snapshot between requests
+                await wait_until(lambda: bool(list(tmp_path.glob("*/*.lsnap"))))
+            os.kill(client.pid, signal.SIGKILL)
+            await client.exited.wait()
+        # The restarted daemon holds no slot: the cache forgets its RAM tier, and finds
+        # the prefix again on disk.
+        async with open_daemon(qwen3_launch(native, test_models)) as client:
+            cache.daemon_started(client)
+            assert not cache._entries and cache.stats.ram_bytes == 0
+            again = await turn(cache, client, distinct_prompt(20), (64,))
+            assert again == first
+            assert cache.stats.disk_loads == 1
+            await assert_consistent(cache, client)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_request_while_a_snapshot_is_written(
+        native: Any, test_models: dict[str, Path], tmp_path: Path) -> None:
+    """The disk writer and a request share the daemon: the request waits for the write
+    (one command at a time) and the file is whole."""
+    cache = PrefixCache("qwen3", CacheSettings(ram_bytes=1 << 30, disk_dir=tmp_path), 8)
+    async with open_daemon(qwen3_launch(native, test_models)) as client:
+        cache.daemon_started(client)
+        await turn(cache, client, distinct_prompt(30), (64,))
+        pinned = [e for e in cache._entries.values() if e.pinned]
+        assert pinned, "the new snapshot waits for its disk write"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cache.run_disk_writer)
+            # No checkpoint of the scheduler: the request runs while the write is queued.
+            tokens = await turn(cache, client, [*distinct_prompt(30)[:64], 9, 9, 9], (64,))
+            assert tokens
+            with trio.fail_after(30):
+                await wait_until(lambda: not any(e.pinned for e in cache._entries.values()))
+            nursery.cancel_scope.cancel()
+        # The system prompt's snapshot, and the first conversation, saved when the second
+        # replaced it: each file whole, none left half-written.
+        files = list(tmp_path.glob("*/*.lsnap"))
+        assert len(files) == 2 and not list(tmp_path.glob("*/*.tmp.*"))
+        loaded = {(await client.load_slot(7, path)).n_tokens for path in files}
+        assert loaded == {64, 80 + 6 - 1}
