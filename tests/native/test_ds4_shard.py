@@ -56,7 +56,10 @@ def test_the_shard_listens_and_names_its_device(spawn: Any, native: Any, deepsee
         pass  # the ready line came after the port accepted connections
     stats = shard.ok(shard.command("stats"), "stats")
     assert int(stats["rss_kb"]) > 0
-    assert not any(key.startswith("buft_") for key in stats)  # it holds no weights of its own
+    # Where weights live (PROTOCOL.md 5.3, 5.8): what clients took since it listened, on
+    # the device it serves, here the CPU's buffer type; nothing on a device.
+    assert [key for key in stats if key.startswith("buft_")] == ["buft_cpu_bytes"]
+    assert stats["buft_cpu_bytes"] == stats["bytes_host"] and stats["bytes_device"] == "0"
     assert shard.quit() == 0
 
 
@@ -81,7 +84,7 @@ def test_experts_on_the_shard_generate_the_tokens_of_one_process(
     assert alone.quit() == 0
 
     port = free_port()
-    start_shard(spawn, native, deepseek4, port)
+    shard = start_shard(spawn, native, deepseek4, port)
     args = [f"--rpc=127.0.0.1:{port}", EXPERTS_ON_SHARD, THREADS, "--n-ctx=256"]
     target = spawn(native.binary("laguna"), deepseek4, *args, *([layers] if layers else []))
     assert target.ready()["backend"] == "cpu"  # the local backend; stats say what is remote
@@ -95,6 +98,11 @@ def test_experts_on_the_shard_generate_the_tokens_of_one_process(
     if layers == "--n-gpu-layers=0":
         experts = expert_bytes(deepseek4)
         assert experts <= on_shard < experts + 64 * 9  # 9 expert tensors, each padded
+    # The shard's side: what the target keeps there is written, so resident, on top of
+    # the compute buffers its graphs run in (growth since the shard listened).
+    held = shard.ok(shard.command("stats"), "stats")
+    assert int(held["bytes_host"]) >= on_shard
+    assert held["buft_cpu_bytes"] == held["bytes_host"] and held["bytes_device"] == "0"
     assert target.quit() == 0
 
 

@@ -32,6 +32,18 @@ def first_word(line: bytes) -> bytes:
     return line.lstrip(b" ").split(b" ", 1)[0]
 
 
+def nul_outside_text(line: bytes) -> bool:
+    """A value of ``line`` decodes to bytes holding a NUL and is not inline text: such a
+    line is refused whatever else it holds (PROTOCOL.md 3)."""
+    for word in line.rstrip(b"\r").split(b" ")[1:]:
+        key, eq, value = word.partition(b"=")
+        if not eq or not key or not all(c in b"abcdefghijklmnopqrstuvwxyz0123456789_" for c in key):
+            value = word  # a positional
+        if b"%00" in value and not value.startswith(b"text:"):
+            return True
+    return False
+
+
 def expected_reply(line: bytes, max_line: int) -> tuple[bool, bool]:
     """(gets a reply line, gets a -1 on the stream), as PROTOCOL.md 1 and 3 say."""
     if len(line) > max_line:  # refused whole; its first word still decides the -1
@@ -47,6 +59,9 @@ class LineFuzzer:
 
     def __init__(self, seed: int, tmp: Path, max_line: int) -> None:
         self.rng = random.Random(seed)
+        # The NUL cases draw from their own generator, so adding them left the lines
+        # above (and the daemon states they lead through) as they were.
+        self.nul_rng = random.Random(seed + 1)
         self.tmp = tmp
         self.max_line = max_line
 
@@ -164,7 +179,31 @@ class LineFuzzer:
             "unpark",
         ])  # fmt: skip
 
+    def nul_path(self) -> str:
+        """A line whose path (or other value) holds an encoded NUL: cut at the NUL, most
+        of these name files that exist, or that the daemon would write (PROTOCOL.md 3)."""
+        r = self.nul_rng
+        slot = r.randrange(0, 8)
+        ids, text, grammar = (str(self.tmp / n) for n in ("prompt.bin", "prompt.txt", "g.gbnf"))
+        return r.choice([
+            "vocab nulv%00.msgpack", "vocab %00", "vocab nulv%00", "stats path=nuls%00.msgpack",
+            f"stats path={self.tmp / 'nuls'}%00", f"generate {ids}%00junk {r.randrange(1, 4)}",
+            f"generate {ids}%00 1 temp=0.7", f"restore {slot} {ids}%00 1", f"detokenize {ids}%00x",
+            f"tokenize {text}%00.bak", f"tokenize {text}%00", f"compress {ids}%00 50",
+            f"generate {PROMPT} 1 grammar={grammar}%00x",
+            f"generate {PROMPT} 1 json_schema={text}%00",
+            f"save_slot {slot} nulv%00", f"load_slot {slot} {ids}%00", f"generate {PROMPT} 1%00",
+            f"snapshot {slot}%00", f"generate {PROMPT} 1 seed=1%00 stop=%00", "park all%00",
+            # inline text keeps its NUL: data for tokenize, refused where it is a C string
+            "tokenize text:a%00b", f"generate text:x%00{ids} 1",
+            f"generate {PROMPT} 1 grammar=text:root%20::=%20%22a%22%00junk",
+            # controls: the same files without the NUL
+            f"tokenize {text}", f"detokenize {ids}",
+        ])  # fmt: skip
+
     def line(self) -> bytes:
+        if self.nul_rng.random() < 0.04:
+            return self.nul_path().encode()
         r = self.rng
         kind = r.random()
         if kind < 0.25:  # random bytes, invalid UTF-8 and control bytes included
@@ -221,6 +260,8 @@ def test_fuzz_lines_each_get_exactly_one_reply(
     max_line = 4096
     (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x00")
     (tmp_path / "prompt.bin").write_bytes(b"\x01\x00\x00\x00\x02\x00\x00\x00")
+    (tmp_path / "prompt.txt").write_bytes(b"Hello")
+    (tmp_path / "g.gbnf").write_bytes(b'root ::= "a"')
     daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=64", "--slots=8",
                    f"--max-line={max_line}", ONE_THREAD, cwd=tmp_path)  # fmt: skip
     daemon.ready()
@@ -229,7 +270,7 @@ def test_fuzz_lines_each_get_exactly_one_reply(
 
     fuzzer = LineFuzzer(seed=20240611, tmp=tmp_path, max_line=max_line)
     n_lines = 10_000
-    counts = {"replies": 0, "terminators": 0, "blank": 0}
+    counts = {"replies": 0, "terminators": 0, "blank": 0, "nul": 0}
     started = time.monotonic()
     for index in range(n_lines):
         line = fuzzer.line()
@@ -246,6 +287,9 @@ def test_fuzz_lines_each_get_exactly_one_reply(
             assert reply.startswith(("ok ", "err ")), f"{context} -> {reply!r}"
             if len(line) > max_line:
                 assert daemon.err(reply) == "line_too_long", context
+            elif nul_outside_text(line):
+                assert reply.startswith("err "), f"{context} -> {reply!r}"
+                counts["nul"] += 1
             counts["replies"] += 1
         else:
             counts["blank"] += 1
@@ -261,7 +305,9 @@ def test_fuzz_lines_each_get_exactly_one_reply(
     assert tokens == expected_tokens, reply
     stats = daemon.ok(daemon.command("stats"), "stats")
     print(f"fuzz: {n_lines} lines in {elapsed:.1f} s, {counts}, stats {stats}")
-    assert counts["replies"] > 8_000 and counts["terminators"] > 1_000
+    assert counts["replies"] > 8_000 and counts["terminators"] > 1_000 and counts["nul"] > 200
+    # What a NUL-truncating daemon would have written (vocab nulv%00..., stats nuls%00...).
+    assert not {"nulv", "nuls"} & {p.name for p in tmp_path.iterdir()}
     assert daemon.quit() == 0
 
 

@@ -1,4 +1,5 @@
-// lucerna-ds4-shard: DeepSeek-V4 expert shard (weights only for now; a ggml-rpc server later).
+// lucerna-ds4-shard: serves this host's device to a deepseek4 target over the engine's ggml RPC
+// (PROTOCOL.md 5.8); on stdin it answers stats (what its clients hold here) and quit.
 #include "core/daemon.h"
 
 int main(int argc, char ** argv) { return lucerna::run_daemon(lucerna::Role::kDs4Shard, argc, argv); }

@@ -1,5 +1,6 @@
 // detokenize <ids> [special=0|1]
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/commands.h"
@@ -17,6 +18,12 @@ std::string handle_detokenize(Session & session, const CommandLine & cmd) {
     const std::vector<int32_t> ids = read_token_ref(cmd.positional[0]);
     check_token_ids(ids, session.engine.n_vocab);
 
+    // The engine takes counts and the buffer size as int32_t; past that they would wrap.
+    constexpr size_t kMaxIds = (static_cast<size_t>(std::numeric_limits<int32_t>::max()) - 16) / 8;
+    if (ids.size() > kMaxIds) {
+        throw ProtocolError(ErrorCode::kBadArgs, std::to_string(ids.size()) + " ids; detokenize takes at most " +
+                                                     std::to_string(kMaxIds));
+    }
     std::string text(ids.size() * 8 + 16, '\0');
     int32_t n = llama_detokenize(session.engine.vocab, ids.data(), static_cast<int32_t>(ids.size()), text.data(),
                                  static_cast<int32_t>(text.size()), /*remove_special =*/false, render_special);

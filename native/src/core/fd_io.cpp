@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "core/wire.h"
+
 namespace lucerna {
 
 bool write_all(int fd, const void * data, size_t size) {
@@ -24,6 +26,8 @@ bool write_all(int fd, const void * data, size_t size) {
 }
 
 bool write_file_atomically(const std::string & path, const std::string & bytes) {
+    // The one place a command's output path meets the OS (see c_string_value).
+    c_string_value(path, ErrorCode::kBadArgs, "output path");
     const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
     FILE * file = std::fopen(tmp.c_str(), "wb");
     if (file == nullptr) {

@@ -13,7 +13,9 @@ namespace lucerna {
 bool write_all(int fd, const void * data, size_t size);
 
 // Writes next to `path` and renames, so a reader never sees half a file. Returns false
-// (leaving nothing behind) when any step fails.
+// (leaving nothing behind) when any step fails. A path holding a NUL byte names no file
+// (the OS would write a shorter one): it throws ProtocolError(bad_args) before anything
+// is written.
 bool write_file_atomically(const std::string & path, const std::string & bytes);
 
 }  // namespace lucerna

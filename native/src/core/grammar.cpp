@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "core/errors.h"
+#include "core/wire.h"
 #include "json-schema-to-grammar.h"
 #include "json.h"
 
@@ -54,6 +55,9 @@ llama_sampler_ptr make_grammar_sampler(const llama_vocab * vocab, const std::str
         throw ProtocolError(ErrorCode::kBadGrammar,
                             "the grammar nests groups more than " + std::to_string(kMaxNesting) + " deep");
     }
+    // The engine parses a C string: text after a NUL (%00 in grammar=text:, or a NUL
+    // byte in the file) would silently not be part of the grammar.
+    c_string_value(text, ErrorCode::kBadGrammar, "grammar");
     llama_sampler_ptr sampler(llama_sampler_init_grammar(vocab, text.c_str(), "root"));
     if (!sampler) {
         throw ProtocolError(ErrorCode::kBadGrammar,

@@ -173,6 +173,8 @@ std::vector<int> moe_layers(const std::string & model_path) {
     return {layers.begin(), layers.end()};
 }
 
+}  // namespace
+
 std::string stats_key(const std::string & buft_name) {
     std::string key = "buft_";
     bool gap = false;
@@ -190,8 +192,6 @@ std::string stats_key(const std::string & buft_name) {
     }
     return key + "_bytes";
 }
-
-}  // namespace
 
 std::unique_ptr<Placement> Placement::plan(const PlacementOptions & opts, const std::string & model_path,
                                            int32_t n_gpu_layers) {
@@ -295,7 +295,7 @@ WeightPlacement weight_placement(const llama_context * ctx) {
 
 std::vector<std::pair<std::string, uint64_t>> weight_stats_fields(const llama_context * ctx) {
     if (ctx == nullptr) {
-        return {};  // the ds4 shard holds no weights of its own
+        return {};  // the ds4 shard: what it holds is its clients' (RpcServer::held_stats_fields)
     }
     const WeightPlacement placement = weight_placement(ctx);
     std::vector<std::pair<std::string, uint64_t>> fields = {{"bytes_host", placement.host_bytes},

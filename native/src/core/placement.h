@@ -73,7 +73,11 @@ WeightPlacement weight_placement(const llama_context * ctx);
 // type, <name> being the buffer type's name lowercased with every run of other
 // characters than [a-z0-9] turned into one '_' (RPC0[127.0.0.1:50052] ->
 // buft_rpc0_127_0_0_1_50052_bytes), so keys stay [a-z0-9_]+. None without a
-// context (the ds4 shard, which holds no weights of its own).
+// context (the ds4 shard, whose weights are its clients': see core/rpc_server.h).
 std::vector<std::pair<std::string, uint64_t>> weight_stats_fields(const llama_context * ctx);
+
+// "buft_<name>_bytes" for a buffer type's name, by the rule above (the shard names its
+// served device's buffer type this way too, core/rpc_server.h).
+std::string stats_key(const std::string & buft_name);
 
 }  // namespace lucerna

@@ -25,6 +25,7 @@ int64_t resident_set_kb() {
 #include "core/fd_io.h"
 #include "core/msgpack_writer.h"
 #include "core/placement.h"
+#include "core/rpc_server.h"
 
 namespace lucerna {
 namespace {
@@ -67,8 +68,11 @@ std::vector<StatField> stat_fields(const Session & session) {
         r("draft_ms", session.spec.totals.draft_ms),
         i("draft_model_bytes", static_cast<int64_t>(session.spec.draft_model_bytes())),
     };
-    // Where the weights live: bytes_host, bytes_device, buft_<name>_bytes (core/placement.h).
-    for (const auto & [key, bytes] : weight_stats_fields(session.engine.context.get())) {
+    // Where the weights live: bytes_host, bytes_device, buft_<name>_bytes; a daemon's
+    // own (core/placement.h), or on the ds4 shard, which has no context, what its RPC
+    // clients hold there (core/rpc_server.h).
+    const llama_context * ctx = session.engine.context.get();
+    for (const auto & [key, bytes] : ctx ? weight_stats_fields(ctx) : RpcServer::held_stats_fields()) {
         fields.push_back(StatField{key, static_cast<int64_t>(bytes), 0.0, false});
     }
     return fields;

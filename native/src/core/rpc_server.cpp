@@ -12,7 +12,9 @@
 
 #include "core/errors.h"
 #include "core/log.h"
+#include "core/placement.h"
 #include "core/placement_flags.h"
+#include "core/process_stats.h"
 
 namespace lucerna {
 namespace {
@@ -55,6 +57,17 @@ std::vector<int> own_sockets_on_port(int port, bool listening) {
     return fds;
 }
 
+bool is_host_device(ggml_backend_dev_t device) {
+    return ggml_backend_buft_is_host(ggml_backend_dev_buffer_type(device));
+}
+
+size_t device_free_bytes(ggml_backend_dev_t device) {
+    size_t free = 0;
+    size_t total = 0;
+    ggml_backend_dev_memory(device, &free, &total);
+    return free;
+}
+
 }  // namespace
 
 std::unique_ptr<RpcServer> RpcServer::start(const std::string & endpoint, ggml_backend_dev_t device, int n_threads) {
@@ -89,6 +102,13 @@ std::unique_ptr<RpcServer> RpcServer::start(const std::string & endpoint, ggml_b
         state->done.notify_all();
     });
     server->wait_listening();
+    // The server initialised its backend before it listened: a GPU's context and the
+    // CPU backend's threads are in the baseline, and what grows from here is clients'.
+    state->rss_kb_at_listen = resident_set_kb();
+    if (!is_host_device(device)) {
+        state->device_free_at_listen = device_free_bytes(device);
+    }
+    listening() = state;
     log_line("serving %s over ggml RPC on %s", ggml_backend_dev_name(device), endpoint.c_str());
     return server;
 }
@@ -143,6 +163,9 @@ bool RpcServer::stop(std::chrono::milliseconds grace) {
 }
 
 RpcServer::~RpcServer() {
+    if (listening() == state_) {
+        listening().reset();
+    }
     if (!stop(std::chrono::seconds(5))) {
         // The engine's server is stuck in a call we cannot interrupt (a long graph
         // computation for a client). Its reply is out; end the process rather than hang.
@@ -154,6 +177,30 @@ RpcServer::~RpcServer() {
 
 std::string RpcServer::ready_fields() const {
     return " rpc=" + state_->endpoint + " device=" + ggml_backend_dev_name(state_->device);
+}
+
+std::shared_ptr<RpcServer::State> & RpcServer::listening() {
+    static std::shared_ptr<State> state;
+    return state;
+}
+
+std::vector<std::pair<std::string, uint64_t>> RpcServer::held_stats_fields() {
+    const std::shared_ptr<State> state = listening();
+    if (!state) {
+        return {};
+    }
+    const int64_t rss_growth_kb = resident_set_kb() - state->rss_kb_at_listen;
+    const uint64_t host_bytes = rss_growth_kb > 0 ? static_cast<uint64_t>(rss_growth_kb) * 1024 : 0;
+    uint64_t device_bytes = 0;
+    const bool host_device = is_host_device(state->device);
+    if (!host_device) {
+        const size_t free_now = device_free_bytes(state->device);
+        device_bytes = state->device_free_at_listen > free_now ? state->device_free_at_listen - free_now : 0;
+    }
+    const char * buft_name = ggml_backend_buft_name(ggml_backend_dev_buffer_type(state->device));
+    return {{"bytes_host", host_bytes},
+            {"bytes_device", device_bytes},
+            {stats_key(buft_name), host_device ? host_bytes : device_bytes}};
 }
 
 ggml_backend_dev_t shard_device() {

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ggml-backend.h"
 
@@ -35,6 +37,18 @@ public:
     // " rpc=HOST:PORT device=NAME", the ready line's tail.
     std::string ready_fields() const;
 
+    // The shard's `stats` fields for where weights live (PROTOCOL.md 5.3, 5.8): what the
+    // running server's clients hold on this host. The engine's server keeps its buffers
+    // to itself (no count, no allocation hook), so this is measured as growth since the
+    // server started listening: bytes_host is the growth of the resident set, and
+    // bytes_device the drop in the served device's free memory as the engine reports it
+    // (what a client sees over RPC), 0 for a host device. One buft_<name>_bytes names the
+    // served device's buffer type with its share. Both include the server's own working
+    // memory (compute buffers, receive buffers), and a device shared with other
+    // processes counts their allocations too. Empty when no server runs (every role but
+    // the shard); one server per process.
+    static std::vector<std::pair<std::string, uint64_t>> held_stats_fields();
+
     // Stops accepting, ends a connected client's session and joins the server thread.
     // Returns false if the thread is still running after `grace`.
     bool stop(std::chrono::milliseconds grace);
@@ -47,7 +61,14 @@ private:
         std::mutex mutex;
         std::condition_variable done;
         bool finished = false;  // the engine's server function returned
+        // Baselines of held_stats_fields(), taken once the server listens.
+        int64_t rss_kb_at_listen = 0;
+        size_t device_free_at_listen = 0;
     };
+
+    // The server whose clients held_stats_fields() reports on. Set and cleared on the
+    // main thread, which is also the one that answers `stats`.
+    static std::shared_ptr<State> & listening();
 
     RpcServer(std::shared_ptr<State> state, int port) : state_(std::move(state)), port_(port) {}
     void wait_listening();

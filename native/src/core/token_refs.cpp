@@ -8,23 +8,30 @@
 #include <limits>
 
 #include "core/errors.h"
+#include "core/wire.h"
 
 namespace lucerna {
 namespace {
 
 bool starts_with(const std::string & text, const char * prefix) { return text.rfind(prefix, 0) == 0; }
 
-bool read_file(const std::string & path, std::string & out) {
+// Every token and text file a command reads comes through here, so this is where a
+// decoded path meets the OS: one holding a NUL would open a shorter path (wire.h).
+// Throws `error` naming `what` for that path and for a file it cannot read.
+std::string read_file(const std::string & path, ErrorCode error, const char * what) {
+    c_string_value(path, error, std::string(what) + " path");
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) {
-        return false;  // missing, a directory, or not statable
+    std::string out;
+    if (std::filesystem::is_regular_file(path, ec)) {  // not missing, a directory, or unstatable
+        std::ifstream file(path, std::ios::binary);
+        if (file) {
+            out.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+            if (!file.bad()) {
+                return out;
+            }
+        }
     }
-    std::ifstream file(path, std::ios::binary);
-    if (!file) {
-        return false;
-    }
-    out.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-    return !file.bad();
+    throw ProtocolError(error, std::string("cannot read ") + what + " " + path);
 }
 
 }  // namespace
@@ -62,10 +69,7 @@ std::vector<int32_t> read_token_ref(const std::string & ref) {
     if (starts_with(ref, "ids:")) {
         return parse_id_list(ref.substr(4), "ids");
     }
-    std::string bytes;
-    if (!read_file(ref, bytes)) {
-        throw ProtocolError(ErrorCode::kBadTokenFile, "cannot read token file " + ref);
-    }
+    const std::string bytes = read_file(ref, ErrorCode::kBadTokenFile, "token file");
     if (bytes.size() % 4 != 0) {
         throw ProtocolError(ErrorCode::kBadTokenFile, "token file " + ref + " has " + std::to_string(bytes.size()) +
                                                           " bytes, not a multiple of 4");
@@ -83,11 +87,7 @@ std::string read_text_ref(const std::string & ref) {
     if (starts_with(ref, "text:")) {
         return ref.substr(5);
     }
-    std::string text;
-    if (!read_file(ref, text)) {
-        throw ProtocolError(ErrorCode::kBadTextFile, "cannot read text file " + ref);
-    }
-    return text;
+    return read_file(ref, ErrorCode::kBadTextFile, "text file");
 }
 
 void check_token_ids(const std::vector<int32_t> & ids, int32_t n_vocab) {

@@ -8,10 +8,11 @@
 
 namespace lucerna {
 
-// Throws bad_args (malformed ids:) or bad_token_file (missing, unreadable, size % 4).
+// Throws bad_args (malformed ids:) or bad_token_file (missing, unreadable, size % 4,
+// or a path holding a NUL byte, which names no file).
 std::vector<int32_t> read_token_ref(const std::string & ref);
 
-// Throws bad_text_file for a missing or unreadable file.
+// Throws bad_text_file for a missing or unreadable file, or a path holding a NUL byte.
 std::string read_text_ref(const std::string & ref);
 
 // Throws bad_token naming the first id outside [0, n_vocab).

@@ -1,4 +1,5 @@
 // tokenize <text> [special=0|1] [add_bos=0|1]   (stream command)
+#include <limits>
 #include <vector>
 
 #include "core/commands.h"
@@ -9,6 +10,12 @@ namespace {
 
 std::vector<llama_token> tokenize_text(const llama_vocab * vocab, const std::string & text, bool add_bos,
                                        bool parse_special) {
+    // The engine takes the length as an int32_t: a longer text (a file, or an inline
+    // value under --max-line up to 4 GiB) would wrap to a negative length.
+    if (text.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()) - 2) {
+        throw ProtocolError(ErrorCode::kBadArgs, "the text has " + std::to_string(text.size()) +
+                                                     " bytes; the engine tokenizes at most 2^31 - 3");
+    }
     // BOS is added here rather than by llama_tokenize(add_special), so that add_bos=1
     // adds it even for a vocabulary whose own add_bos is false, and add_bos=0 never does.
     std::vector<llama_token> tokens(text.size() + 2);

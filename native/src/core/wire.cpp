@@ -50,6 +50,15 @@ std::string decode_or_throw(std::string_view word) {
     if (!is_valid_utf8(*decoded)) {
         throw ProtocolError(ErrorCode::kBadArgs, "'" + std::string(word) + "' is not UTF-8 once decoded");
     }
+    // A NUL (%00) is data only inside inline text (`text:`, PROTOCOL.md section 4), which
+    // reaches the engine with its length. Every other value, a path above all, ends up
+    // as a C string somewhere and would be cut short at the NUL, so it is refused here,
+    // for every command at once. Inline text that is used as a C string after all (a
+    // grammar) or a `text:` word given where a path goes is checked where the C string
+    // is made (c_string_value).
+    if (decoded->rfind("text:", 0) != 0) {
+        c_string_value(*decoded, ErrorCode::kBadArgs, "value");
+    }
     return *decoded;
 }
 
@@ -208,6 +217,16 @@ std::string first_word(std::string_view line) {
     }
     const size_t end = line.find(' ', start);
     return std::string(line.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+}
+
+const std::string & c_string_value(const std::string & value, ErrorCode error, std::string_view what) {
+    const size_t nul = value.find('\0');
+    if (nul != std::string::npos) {
+        // The detail quotes the value re-encoded, so the NUL shows as %00 where it was.
+        throw ProtocolError(error, std::string(what) + " '" + percent_encode(value) + "' holds a NUL byte at offset " +
+                                       std::to_string(nul) + " and would be cut short there");
+    }
+    return value;
 }
 
 int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max) {

@@ -45,6 +45,15 @@ CommandLine parse_command_line(std::string_view line);
 // they arrive, and the dispatcher to reject unknown commands before a full parse.
 std::string first_word(std::string_view line);
 
+// A decoded value handed to an API that reads a C string: a file path (the OS), GBNF
+// text (the engine's grammar parser). A C string ends at its first NUL byte, and %00
+// decodes to one, so such a value would reach the API cut short and name something
+// other than what was sent: "a.bin%00junk" would open a.bin (the classic path
+// truncation). Returns the value unchanged, or throws ProtocolError(error) naming
+// `what`; `error` is the caller's own (bad_token_file for a token file, bad_args for a
+// file it writes, ...), since no file and no grammar can hold what was asked for.
+const std::string & c_string_value(const std::string & value, ErrorCode error, std::string_view what);
+
 // Strict value parsers for options (plain decimals only); they throw bad_args naming
 // the key.
 int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max);
