@@ -326,6 +326,11 @@ class PrefixCache:
         except DaemonReplyError as exc:
             log.debug("model %s: live sequence not saved: %s", self.model, exc)
             return
+        if info.n_tokens * 4 > len(self._live):
+            # A cancelled generation decoded tokens we never saw: the snapshot's tokens
+            # are unknown here, so it cannot be indexed.
+            await self._free(client, slot)
+            return
         entry = _Entry(slot, self._live[: info.n_tokens * 4], host_bytes=info.host_bytes)
         self._entries[slot] = entry
         self.stats.ram_bytes += info.host_bytes

@@ -12,6 +12,7 @@ window: checkpoints of the window cache).
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,13 @@ def target(request: Any, spawn_for_module: Any, native: Any, test_models: dict[s
     daemon.ready_fields = daemon.ready()
     daemon.model = request.param
     return daemon
+
+
+def wait_for(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was not written"
+        time.sleep(0.02)
 
 
 def conversation(seed: int, n: int) -> list[int]:
@@ -128,9 +136,11 @@ def test_snapshot_files_round_trip_and_refuse_what_is_not_theirs(
     expected, _ = generate(target, [*prompt, 9, 9], 5, "reuse=0", "snap=40:6")
     path = tmp_path / "conv.lsnap"
     saved = target.ok(target.command(f"save_slot 6 {path}"), "save_slot")
+    # Written in the background: the slot can go at once, the file is whole once it is there.
+    target.command("free_snapshot 6")
+    wait_for(path)
     assert int(saved["bytes"]) == path.stat().st_size > 0
     assert not list(tmp_path.glob("*.tmp.*"))
-    target.command("free_snapshot 6")
     loaded = target.ok(target.command(f"load_slot 7 {path}"), "load_slot")
     assert (loaded["slot"], loaded["n_tokens"]) == ("7", "40")
     generate(target, conversation(12, 20), 1)  # the live sequence is something else
@@ -148,6 +158,10 @@ def test_snapshot_files_round_trip_and_refuse_what_is_not_theirs(
     # The failed loads left slot 7 as it was.
     assert "7:40" in target.ok(target.command("list_slots"), "list_slots")["slots"]
     assert target.err(target.command(f"save_slot 2 {tmp_path}/empty.lsnap")) == "empty_slot"
+    # A write that fails (no such directory) is logged and leaves no file; the daemon goes on.
+    target.ok(target.command(f"save_slot 7 {tmp_path}/missing/dir.lsnap"), "save_slot")
+    generate(target, [3, 4, 5], 1)
+    assert not (tmp_path / "missing").exists()
 
     # Another setting (here n_ctx) is another state identity: the file is refused.
     other = spawn(native.binary(ROLE[target.model]), test_models[target.model],
@@ -163,6 +177,7 @@ def test_a_parked_daemon_saves_and_loads_files(target: Any, tmp_path: Path) -> N
     target.ok(target.command("park"), "park")
     try:
         target.ok(target.command(f"save_slot 1 {tmp_path / 'p.lsnap'}"), "save_slot")
+        wait_for(tmp_path / "p.lsnap")
         target.ok(target.command(f"load_slot 2 {tmp_path / 'p.lsnap'}"), "load_slot")
     finally:
         target.ok(target.command("unpark"), "unpark")
@@ -191,3 +206,37 @@ def test_speculative_decoding_reuses_the_prefix_losslessly(
         assert int(fields["draft_steps"]) > 0
         prompt = prompt + tokens + conversation(15, 8)
     assert int(fields["n_cached"]) > 60
+
+
+def test_a_cut_never_leaves_a_sequence_without_logits(
+        spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+    """Regression: a generate restored a slot equal to its prompt, the next one cut the
+    sequence back to a snap position, and the snapshot read logits no decode had made
+    (SIGSEGV). A cut now always prefills at least one token before a snap, and a cut
+    sequence without logits is never sampled from or snapshotted."""
+    d = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=64", "--slots=8",
+              ONE_THREAD)
+    d.ready()
+    for line in ("generate ids:9707,1879,11 1", "snapshot 4", "park", "unpark",
+                 "generate ids:9707,1879,11 1", "generate ids:9707,1879,11 2 snap=2:1"):
+        reply = d.command(line) if not line.startswith("generate") else d.stream_command(line)[1]
+        assert reply.startswith("ok "), (line, reply)
+    assert "1:2" in d.ok(d.command("list_slots"), "list_slots")["slots"]
+    # A generate cancelled before its prefill (queued behind a long one when the cancel
+    # came) leaves the sequence cut back, with no logits: it cannot be snapshotted, and
+    # the same prompt again prefills its last token instead of sampling from nothing.
+    d.send("generate ids:5,6,7,8,9 48 ignore_eos=1")
+    d.read_value()  # it runs: the next two arrive while it decodes
+    d.send("generate ids:5,6,7 3")
+    d.send("cancel")
+    d.read_stream()
+    assert "finish=cancelled" in d.readline()
+    assert d.read_stream() == []
+    # It had cut the sequence back to [5, 6] (its last token is always prefilled).
+    assert "n_cached=2 n_gen=0 finish=cancelled" in d.readline()
+    assert d.ok(d.readline(), "cancel")["running"] == "1"
+    assert d.err(d.command("snapshot 0")) == "empty_sequence"
+    tokens, reply = d.stream_command("generate ids:5,6 2")
+    fields = d.ok(reply, "generate")
+    assert (fields["n_gen"], fields["n_cached"], len(tokens)) == ("2", "1", 2)
+    assert d.quit() == 0

@@ -209,8 +209,9 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             load_snapshot(ctx, *from, live, draft);  // `from` may be replaced by snapshot_here below
             reused = {ReusedPrefix::Source::kSlot, static_cast<int32_t>(from->tokens.size()), -1};
         } else if (req.reuse) {
-            // A snap caps the reuse at its position, so that the snapshot is taken.
-            const int32_t limit = req.snap_pos != 0 ? req.snap_pos : n_prompt;
+            // A snap caps the reuse short of its position, so that the snapshot is taken
+            // after a decode, with logits (a cut back to it would have none).
+            const int32_t limit = req.snap_pos != 0 ? req.snap_pos - 1 : n_prompt;
             reused = reuse_prefix(ctx, live, session.snapshots, req.prompt, limit, draft);
         } else {
             llama_memory_clear(llama_get_memory(ctx), /*data =*/true);

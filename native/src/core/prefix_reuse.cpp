@@ -30,9 +30,9 @@ ReusedPrefix from_live(llama_context * ctx, const LiveSequence & live, const std
     if (common == 0) {
         return {};
     }
-    if (common == live.size()) {
-        // The prompt extends the live sequence (or is it): nothing to cut, and the live
-        // sequence always has the logits of its last position.
+    if (common == live.size() && (common < n_prompt || live.has_logits())) {
+        // The prompt extends the live sequence, or is it and its logits are known:
+        // nothing to cut.
         return {ReusedPrefix::Source::kLive, common, -1};
     }
     if (!needs_checkpoints(llama_get_model(ctx))) {

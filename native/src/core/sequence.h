@@ -41,6 +41,7 @@ public:
         tokens_.insert(tokens_.end(), tokens, tokens + n);
         restored_logits_.clear();
         logits_row_ = logits_row;
+        logits_known_ = true;
     }
 
     // A snapshot was loaded: the context holds its state, but the engine's logits buffer
@@ -49,6 +50,7 @@ public:
     void restored(const std::vector<int32_t> & tokens, const std::vector<float> & logits) {
         tokens_ = tokens;
         restored_logits_ = logits;
+        logits_known_ = !logits.empty();
     }
 
     // The context was cleared, replaced, or left in an unknown state by a failure.
@@ -56,6 +58,7 @@ public:
         tokens_.clear();
         restored_logits_.clear();
         checkpoints_.clear();
+        logits_known_ = false;
     }
 
     // The context was cut back to its first `n` tokens (n < size()). The current logits
@@ -63,6 +66,7 @@ public:
     void truncated(int32_t n, const std::vector<float> & logits = {}) {
         tokens_.resize(static_cast<size_t>(n));
         restored_logits_ = logits;
+        logits_known_ = !logits.empty();
         drop_checkpoints_after(n);
     }
 
@@ -85,9 +89,13 @@ public:
         return total;
     }
 
-    // Logits of the last position; nullptr when nothing was decoded.
+    // Whether the logits of the last position are known: not after a cut with no
+    // checkpoint's logits, until the next decode.
+    bool has_logits() const { return !tokens_.empty() && logits_known_; }
+
+    // Logits of the last position; nullptr when they are not known (has_logits).
     const float * last_logits(llama_context * ctx) const {
-        if (tokens_.empty()) {
+        if (!has_logits()) {
             return nullptr;
         }
         return restored_logits_.empty() ? llama_get_logits_ith(ctx, logits_row_) : restored_logits_.data();
@@ -104,6 +112,7 @@ private:
     std::vector<Checkpoint> checkpoints_;
     std::vector<float> restored_logits_;  // empty: the logits are the context's
     int32_t logits_row_ = -1;
+    bool logits_known_ = false;
 };
 
 }  // namespace lucerna

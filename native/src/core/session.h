@@ -11,6 +11,7 @@
 #include "core/engine.h"
 #include "core/roles.h"
 #include "core/sequence.h"
+#include "core/snapshot_files.h"
 #include "core/snapshots.h"
 #include "core/speculative.h"
 #include "core/stream.h"
@@ -40,6 +41,7 @@ struct Session {
     bool parked = false;  // the target's weights and context are released (core/park.h)
     // What a snapshot file must carry to be loaded here (core/snapshot_files.h).
     std::string state_identity;
+    SnapshotWriter snapshot_writer;  // its destructor waits for the files queued
     uint64_t model_bytes = 0;  // the target's weights as loaded; park does not change it
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 

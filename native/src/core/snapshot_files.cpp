@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/log.h"
+#include "core/session.h"
 
 #ifndef LUCERNA_ENGINE_NAME
 #define LUCERNA_ENGINE_NAME "unknown"
@@ -101,8 +103,14 @@ struct Reader {
     }
 };
 
+uint64_t encoded_size(const Snapshot & snapshot, const std::string & identity) {
+    return sizeof kMagic + 8 + identity.size() + 8 + snapshot.tokens.size() * sizeof(int32_t) + 8 +
+           snapshot.logits.size() * sizeof(float) + 8 + snapshot.state.size() + 8 + snapshot.draft_state.size() + 8;
+}
+
 std::vector<uint8_t> encode(const Snapshot & snapshot, const std::string & identity) {
     Writer w;
+    w.bytes.reserve(encoded_size(snapshot, identity));
     w.raw(kMagic, sizeof kMagic);
     w.u64(identity.size());
     w.raw(identity.data(), identity.size());
@@ -212,19 +220,59 @@ std::string state_id(const std::string & identity) {
     return hex;
 }
 
+SnapshotWriter::~SnapshotWriter() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+}
+
+uint64_t SnapshotWriter::enqueue(std::shared_ptr<const Snapshot> snapshot, std::string identity, std::string path) {
+    const uint64_t size = encoded_size(*snapshot, identity);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        jobs_.push_back({std::move(snapshot), std::move(identity), std::move(path)});
+        if (!thread_.joinable()) {
+            thread_ = std::thread([this] { run(); });
+        }
+    }
+    wake_.notify_all();
+    return size;
+}
+
+void SnapshotWriter::run() {
+    while (true) {
+        Job job;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+            if (jobs_.empty()) {
+                return;  // stopping, and every queued file is written
+            }
+            job = std::move(jobs_.front());
+            jobs_.pop_front();
+        }
+        try {
+            write_atomically(job.path, encode(*job.snapshot, job.identity));
+        } catch (const ProtocolError & error) {
+            log_line("save_slot: %s", error.what());
+        } catch (const std::bad_alloc &) {
+            log_line("save_slot: out of host memory to encode %s", job.path.c_str());
+        }
+    }
+}
+
 std::string handle_save_slot(Session & session, const CommandLine & cmd) {
     cmd.expect_positional(2, "save_slot <slot> <path>");
     cmd.check_options({}, "save_slot <slot> <path>");
     const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
     const std::string & path = cmd.positional[1];
-    std::vector<uint8_t> bytes;
-    try {
-        bytes = encode(session.snapshots.at(slot), session.state_identity);
-    } catch (const std::bad_alloc &) {
-        throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory to encode the snapshot");
-    }
-    write_atomically(path, bytes);
-    return OkReply("save_slot").add("slot", slot).add("bytes", static_cast<uint64_t>(bytes.size())).line();
+    const uint64_t bytes = session.snapshot_writer.enqueue(session.snapshots.share(slot), session.state_identity, path);
+    return OkReply("save_slot").add("slot", slot).add("bytes", bytes).line();
 }
 
 std::string handle_load_slot(Session & session, const CommandLine & cmd) {

@@ -8,13 +8,48 @@
 // flushed to disk and renamed, so a crash mid-write leaves no file that could be read.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "core/args.h"
-#include "core/session.h"
+#include "core/snapshots.h"
 #include "core/wire.h"
 
 namespace lucerna {
+
+struct Session;
+
+// Writes snapshot files on a thread of its own, so that a large state (a gigabyte for a
+// 27B model at 12K tokens) reaches the disk while the daemon serves the next command.
+// Destroying it waits for every queued write: a daemon that quits leaves whole files.
+class SnapshotWriter {
+public:
+    SnapshotWriter() = default;
+    SnapshotWriter(const SnapshotWriter &) = delete;
+    SnapshotWriter & operator=(const SnapshotWriter &) = delete;
+    ~SnapshotWriter();
+
+    // Queues `snapshot` for `path`, stamped with `identity`; returns the file's size.
+    uint64_t enqueue(std::shared_ptr<const Snapshot> snapshot, std::string identity, std::string path);
+
+private:
+    struct Job {
+        std::shared_ptr<const Snapshot> snapshot;
+        std::string identity;
+        std::string path;
+    };
+    void run();
+
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<Job> jobs_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
 
 // The identity of the state this daemon computes: what a snapshot taken elsewhere must
 // match to be loaded here. Reads the model file's (and draft's) size, mtime and first
@@ -25,6 +60,7 @@ std::string state_identity(const DaemonOptions & opts, const std::string & backe
 std::string state_id(const std::string & identity);
 
 std::string handle_save_slot(Session & session, const CommandLine & cmd);  // save_slot <slot> <path>
+// (the file is written in the background by session.snapshot_writer)
 std::string handle_load_slot(Session & session, const CommandLine & cmd);  // load_slot <slot> <path>
 
 }  // namespace lucerna

@@ -79,6 +79,11 @@ std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequen
     if (live.empty()) {
         throw ProtocolError(ErrorCode::kEmptySequence, "nothing has been decoded yet; run generate first");
     }
+    if (!live.has_logits()) {
+        // Cut back by a generate that was cancelled before its prefill (PROTOCOL.md 5.10).
+        throw ProtocolError(ErrorCode::kEmptySequence,
+                            "the sequence was cut back and not decoded since; run generate first");
+    }
     try {
         auto snapshot = std::make_unique<Snapshot>();
         const size_t size = llama_state_seq_get_size(ctx, 0);

@@ -42,6 +42,12 @@ public:
     const Snapshot & at(int32_t slot) const;
     // nullptr for an empty slot; `slot` must be in range.
     const Snapshot * find(int32_t slot) const { return slots_[static_cast<size_t>(slot)].get(); }
+    // The slot's snapshot, kept alive for whoever holds it (a file being written) even
+    // if the slot is freed or replaced meanwhile; throws empty_slot.
+    std::shared_ptr<const Snapshot> share(int32_t slot) const {
+        at(slot);
+        return slots_[static_cast<size_t>(slot)];
+    }
     void put(int32_t slot, std::unique_ptr<Snapshot> snapshot) {
         slots_[static_cast<size_t>(slot)] = std::move(snapshot);
     }
@@ -54,7 +60,7 @@ public:
     std::string listing() const;
 
 private:
-    std::vector<std::unique_ptr<Snapshot>> slots_;
+    std::vector<std::shared_ptr<const Snapshot>> slots_;
 };
 
 // Copies the live sequence out of `ctx`. Throws empty_sequence when nothing was decoded,
