@@ -145,6 +145,8 @@ class PrefixCache:
         self._live: bytes = b""
         """What the daemon's live sequence holds at most: the last request's prompt and
         generated tokens (it holds a prefix of them)."""
+        self._live_prompt = 0
+        """Tokens of the last request's prompt."""
         self._live_saved = False
         self._stale_slots: set[int] = set()
         """Slots a cancelled request may have filled without our knowing."""
@@ -193,6 +195,7 @@ class PrefixCache:
         self._entries.clear()
         self._stale_slots.clear()
         self._live = b""
+        self._live_prompt = 0
         self._live_saved = False
         self.stats.ram_bytes = 0
         state_id = client.ready.fields.get("state_id") if client.ready else None
@@ -237,8 +240,11 @@ class PrefixCache:
         self._stale_slots.clear()
         wanted = token_bytes(prompt)
         live_common = _common_prefix_tokens(self._live, wanted)
-        if self._live and live_common < len(self._live) // 4 - 1:
-            # This request replaces the conversation the daemon holds: keep it first.
+        if self._live and live_common < self._live_prompt:
+            # This request is another conversation (it leaves the last one before that
+            # one's prompt ended): keep the one the daemon holds first. A request that
+            # goes on from the last prompt, whatever it makes of the reply, is the same
+            # conversation, and the daemon's own checkpoints serve it.
             await self._save_live(client)
         await self._load_from_disk(client, wanted, marks, max(live_common, self._held(wanted)))
         first = marks[0] if marks else 0
@@ -260,6 +266,7 @@ class PrefixCache:
         if not self.enabled:
             return
         self._live = token_bytes([*prompt, *generated])
+        self._live_prompt = len(prompt)
         self._live_saved = False
         if snap is not None:
             entry = self._entries.get(snap[1])
