@@ -3,7 +3,7 @@
     lucerna serve     set everything up, then serve the default model, a given one, or
                       the models of a TOML config (--config; configs/lucerna.toml)
     lucerna test      set everything up, then run ruff, mypy and the test suite
-    lucerna setup     build the engine and daemons, fetch the default model
+    lucerna setup     build the engine and daemons, fetch the two embedded models
     lucerna models    write the small random-weight test models; print their paths
     lucerna daemon    run one daemon in the foreground (its stdin protocol is yours;
                       stream values are shown on stderr as `S: ... -1` lines)
@@ -28,7 +28,7 @@ from typing import TextIO
 
 import trio
 
-from daemons.default_model import ensure_default_model
+from daemons.default_model import ensure_chat_model, ensure_default_model
 from daemons.errors import DaemonsError
 from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
@@ -64,6 +64,7 @@ def _native() -> NativeBuild:
 def cmd_setup(args: argparse.Namespace) -> int:
     _native()
     ensure_default_model(progress)
+    ensure_chat_model(progress)
     progress("setup complete")
     return 0
 
@@ -73,6 +74,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     _native()
     print(f"default\t{ensure_default_model(progress)}")
+    print(f"default-chat\t{ensure_chat_model(progress)}")
     for name, path in ensure_test_models(progress=progress).items():
         print(f"{name}\t{path}")
     return 0
@@ -138,6 +140,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
     _native()
     ensure_default_model(progress)
+    ensure_chat_model(progress)
     ensure_test_models(progress=progress)
     if "--no-clients" not in args.extra:  # tests/clients run the real agents (CI: always)
         for spec in CLIENTS:
@@ -227,11 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=os.environ.get("LUCERNA_CONFIG") or None,
                        help="TOML config file (default: $LUCERNA_CONFIG; example: "
                        "configs/lucerna.toml); the flags below override it")
-    serve.add_argument("--model", help="GGUF file to serve, or 'default' (the embedded "
-                       "gemma3-270m, also the default without --config); with --config it "
-                       "adds a model, or replaces the path of the one named --model-name")
+    serve.add_argument("--model", help="GGUF file to serve alone, or 'default' (the "
+                       "embedded gemma3-270m) or 'default-chat' (SmolLM2-135M-Instruct); "
+                       "without it and --config both embedded ones, the chat one the "
+                       "default; with --config it adds a model, or replaces the path of the "
+                       "one named --model-name")
     serve.add_argument("--model-name", help="name clients use in the `model` field "
-                       "(default: gemma3-270m, or the file's stem)")
+                       "(default: gemma3-270m, smollm2-135m-instruct, or the file's stem)")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     serve.add_argument("--api-key-file", help="file with the accepted API keys, one per line "
@@ -270,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     test = sub.add_parser("test", help="set up, then run ruff, mypy and pytest")
     test.set_defaults(func=cmd_test, passthrough="pytest")
 
-    setup = sub.add_parser("setup", help="build the engine and daemons, fetch the default model")
+    setup = sub.add_parser("setup", help="build the engine and daemons, fetch the embedded models")
     setup.set_defaults(func=cmd_setup)
 
     models = sub.add_parser("models", help="write the random-weight test models")

@@ -13,12 +13,16 @@ The schema (configs/lucerna.toml is a commented example)::
     host, port, api_key | api_key_file, cors_origins, shutdown_timeout,
     max_body_bytes, keepalive_interval, log_level,
     cache_ram_mib, kv_cache_dir, kv_cache_dir_mib   (the prefix cache, per model)
+    default_model                 the model of a request that names none
+    group_memory_mib = { <group> = MiB }  memory a group's awake models may hold
 
     [[models]]                    one table per model; at least one
-    name, path ("default" = the embedded gemma3-270m), role, n_ctx, threads,
+    name, path ("default" = the embedded gemma3-270m, "default-chat" = the embedded
+    SmolLM2-135M-Instruct), role, n_ctx, threads,
     n_gpu_layers, chunk, slots, draft, draft_block_size, extra_args, launcher, env, queue_limit,
     max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
-    max_delay_s, healthy_after_s}
+    max_delay_s, healthy_after_s}, load ("boot" | "on_demand"), idle ("10m": park
+    or stop it after that long unused), idle_action ("park" | "stop"), group
 
     [models.prefill]              PFlash compression / proxy mode; see
                                   orchestrator/prefill/_settings.py for the keys
@@ -36,12 +40,12 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemons.default_model import DEFAULT_MODEL_NAME
+from daemons.default_model import CHAT_MODEL_NAME, DEFAULT_MODEL_NAME
 from daemons.errors import DaemonsError
 from daemons.roles import DEFAULT_SLOTS, ROLES, DaemonLaunch, RoleSpec, target_role_for
 from orchestrator.api._http import MAX_BODY_BYTES
@@ -57,7 +61,9 @@ if TYPE_CHECKING:
     from orchestrator.models import ServedModel
 
 __all__ = [
+    "CHAT_MODEL_PATH",
     "DEFAULT_MODEL_PATH",
+    "EMBEDDED_MODEL_NAMES",
     "LOG_LEVELS",
     "LucernaConfig",
     "ModelSettings",
@@ -72,6 +78,11 @@ __all__ = [
 
 DEFAULT_MODEL_PATH = "default"
 """The ``path`` that names the embedded gemma3-270m (assembled on first use)."""
+CHAT_MODEL_PATH = "default-chat"
+"""The ``path`` that names the embedded SmolLM2-135M-Instruct (fetched on first use)."""
+EMBEDDED_MODEL_NAMES = {CHAT_MODEL_PATH: CHAT_MODEL_NAME, DEFAULT_MODEL_PATH: DEFAULT_MODEL_NAME}
+"""Embedded models by their ``path`` word; without a config both are served, the chat
+model first and as the default of requests that name no model."""
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -101,6 +112,12 @@ class ServerSettings:
     """Where the prefix cache keeps snapshots across restarts; None: RAM only."""
     kv_cache_dir_mib: int = 0
     """Disk budget of ``kv_cache_dir``, shared by the models; 0: no limit."""
+    default_model: str | None = None
+    """The model of a request that names none; None: only a lone model is a default."""
+    group_memory_mib: Mapping[str, int] = field(default_factory=dict)
+    """Per group of models (``[[models]].group``), the memory its awake models may hold
+    together; a wake that would exceed it parks the least recently used idle model of
+    the group first. A group not listed has no limit."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +146,13 @@ class ModelSettings:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     prefill: PrefillSettings | None = None
     """PFlash speculative prefill (``[models.prefill]``); None: never compressed."""
+    load: str = "boot"
+    """``boot``: started with the server; ``on_demand``: at its first request."""
+    idle_s: float | None = None
+    """Unused this long, the model is parked or stopped (``idle_action``); None: never."""
+    idle_action: str = "park"
+    group: str = "default"
+    """Models of one group share a device and its ``group_memory_mib`` budget."""
 
 
 @dataclass(frozen=True)
@@ -258,7 +282,18 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>",
                               "of an earlier model. Fix: give every model its own name (it "
                               "is what clients put in the request's `model` field).")
         models.append(model)
+    _check_default_model(server, models, source)
     return LucernaConfig(server=server, models=tuple(models), source=source)
+
+
+def _check_default_model(server: ServerSettings, models: Sequence[ModelSettings],
+                         source: str) -> None:
+    names = [m.name for m in models]
+    if server.default_model is not None and server.default_model not in names:
+        close = difflib.get_close_matches(server.default_model, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"{source}: server.default_model: {server.default_model!r} is not "
+                          f"a configured model. Fix: {hint}name one of {', '.join(names)}.")
 
 
 def _server_settings(table: _Table, base: Path) -> ServerSettings:
@@ -296,6 +331,13 @@ def _server_settings(table: _Table, base: Path) -> ServerSettings:
     cache_dir = table.string("kv_cache_dir", 'give a directory, e.g. "~/.cache/lucerna/kv"')
     cache_dir_mib = table.integer("kv_cache_dir_mib", 0,
                                   "give the disk budget in MiB, e.g. 16384 (0: no limit)")
+    default_model = table.string("default_model", "name one of the [[models]]")
+    group_memory = table.table("group_memory_mib", "write group_memory_mib = { default = 8192 }")
+    if group_memory is not None and not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0
+            for v in group_memory.values()):
+        raise table.error("group_memory_mib", "every value must be a positive integer (MiB)",
+                          "write group_memory_mib = { default = 8192 }")
     level = table.string("log_level", f"use one of {', '.join(LOG_LEVELS)}")
     if level is not None and level.upper() not in LOG_LEVELS:
         raise table.error("log_level", f"unknown level {level!r}",
@@ -313,6 +355,8 @@ def _server_settings(table: _Table, base: Path) -> ServerSettings:
         cache_ram_mib=cache_ram,
         kv_cache_dir=None if cache_dir is None else str(base / Path(cache_dir).expanduser()),
         kv_cache_dir_mib=cache_dir_mib or 0,
+        default_model=default_model,
+        group_memory_mib=dict(group_memory or {}),
     )
 
 
@@ -338,9 +382,10 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
         raise table.error("name", f"{name!r} has leading or trailing whitespace", "remove it")
     table.where = f"models[{index}] ({name})"  # later messages say which model by name
     path = table.string("path", 'give the GGUF file, or "default" for the embedded '
-                                'gemma3-270m', required=True)
+                                'gemma3-270m ("default-chat": SmolLM2-135M-Instruct)',
+                        required=True)
     assert path is not None
-    if path != DEFAULT_MODEL_PATH:
+    if path not in EMBEDDED_MODEL_NAMES:
         resolved = (base / Path(path).expanduser()).resolve()
         if not resolved.is_file():
             raise table.error("path", f"{resolved} is not a file",
@@ -389,6 +434,20 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
     max_out = table.integer("max_output_tokens", 1,
                             "give a per-request cap in tokens, or leave it out for a quarter "
                             "of the context")
+    load = table.string("load", 'write load = "boot" or load = "on_demand"')
+    if load is not None and load not in LOAD_MODES:
+        raise table.error("load", f"unknown mode {load!r}",
+                          'write load = "boot" (start with the server) or "on_demand"')
+    idle_text = table.get("idle")
+    idle_s = None if idle_text is None else parse_duration(
+        idle_text, lambda problem: table.error("idle", problem,
+                                               'write a duration such as "90s", "10m" or "1h"'))
+    idle_action = table.string("idle_action", 'write idle_action = "park" or "stop"')
+    if idle_action is not None and idle_action not in IDLE_ACTIONS:
+        raise table.error("idle_action", f"unknown action {idle_action!r}",
+                          'write "park" (release memory, keep the process and its caches) '
+                          'or "stop" (end the daemon)')
+    group = table.string("group", 'name the group of models that share a device, e.g. "gpu0"')
     restart_data = table.table("restart", "write restart = { max_failures = 5 }")
     restart = _restart_policy(_Table(restart_data or {}, f"{table.where}.restart",
                                      table.source))
@@ -413,7 +472,34 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
         max_output_tokens=max_out,
         restart=restart,
         prefill=prefill,
+        load=load or defaults.load,
+        idle_s=idle_s,
+        idle_action=idle_action or defaults.idle_action,
+        group=group or defaults.group,
     )
+
+
+LOAD_MODES = ("boot", "on_demand")
+IDLE_ACTIONS = ("park", "stop")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object, error: Callable[[str], ConfigError]) -> float:
+    """Seconds from ``"90s"``, ``"10m"``, ``"1h"``, ``"250ms"`` or a plain number of seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        unit = next((u for u in ("ms", "s", "m", "h") if text.endswith(u)), "")
+        try:
+            seconds = float(text[:len(text) - len(unit)]) * _DURATION_UNITS.get(unit, 1.0)
+        except ValueError:
+            raise error(f"{value!r} is not a duration") from None
+    else:
+        raise error(f"expected a duration, got {value!r}")
+    if not seconds > 0:
+        raise error(f"{value!r} is not a positive duration")
+    return seconds
 
 
 def _restart_policy(table: _Table) -> RestartPolicy:
@@ -451,13 +537,14 @@ def build_models(config: LucernaConfig, native: NativeBuild,
 
     The embedded default model is assembled on first use (``progress`` reports it).
     """
-    from daemons.default_model import ensure_default_model
+    from daemons.default_model import ensure_chat_model, ensure_default_model
     from daemons.gguf_info import read_gguf_info
     from orchestrator.models import ServedModel
     from orchestrator.prefill import build_compressor, is_proxy, served_path
 
     def gguf(setting: str, at: str) -> tuple[Path, GGUFInfo]:
         path = (ensure_default_model(progress) if setting == DEFAULT_MODEL_PATH
+                else ensure_chat_model(progress) if setting == CHAT_MODEL_PATH
                 else Path(setting))
         try:
             return path, read_gguf_info(path)
@@ -590,8 +677,13 @@ def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaCo
     _check_flags(flags)
     if config is None:
         config = LucernaConfig(server=ServerSettings(), models=(), source="command line")
-        if flags.model is None:
+        if flags.model is None and flags.model_name is not None:
             flags = replace(flags, model=DEFAULT_MODEL_PATH)
+        elif flags.model is None:  # both embedded models; the chat model answers by default
+            config = replace(config, server=replace(config.server,
+                                                    default_model=CHAT_MODEL_NAME),
+                             models=tuple(ModelSettings(name=name, path=path)
+                                          for path, name in EMBEDDED_MODEL_NAMES.items()))
     elif flags.model_name is not None and flags.model is None:
         raise ConfigError(f"--model-name {flags.model_name!r} was given with --config "
                           f"{config.source} but without --model. Fix: add --model PATH (it "
@@ -599,7 +691,7 @@ def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaCo
     models = list(config.models)
     if flags.model is not None:
         path = flags.model
-        if path != DEFAULT_MODEL_PATH:
+        if path not in EMBEDDED_MODEL_NAMES:
             resolved = Path(path).expanduser().resolve()
             if not resolved.is_file():
                 raise ConfigError(f"--model: {resolved} is not a file. Fix: give a GGUF model "
@@ -659,4 +751,4 @@ def _check_flags(flags: Overrides) -> None:
 
 def model_name_for(path: str) -> str:
     """The default client-facing name of a model file: the default's name, or the stem."""
-    return DEFAULT_MODEL_NAME if path == DEFAULT_MODEL_PATH else Path(path).stem
+    return EMBEDDED_MODEL_NAMES.get(path) or Path(path).stem

@@ -154,8 +154,11 @@ def _piece_text(pieces: PieceTable, token: int) -> str:
 
 
 class ModelRegistry:
-    def __init__(self, models: list[ServedModel]) -> None:
+    def __init__(self, models: list[ServedModel], default: str | None = None) -> None:
         self._models = {m.name: m for m in models}
+        # The model of a request that names none (``[server] default_model``); a lone
+        # model is the default anyway. With several and no default, naming none is a 404.
+        self.default = default if default in self._models else None
         # Called with the model each request is routed to (metrics label requests by it).
         self.route_observers: list[Callable[[ServedModel], None]] = []
 
@@ -167,7 +170,9 @@ class ModelRegistry:
 
     def get(self, name: str | None) -> ServedModel:
         model = None
-        if name is None and len(self._models) == 1:
+        if name is None and self.default is not None:
+            model = self._models[self.default]
+        elif name is None and len(self._models) == 1:
             model = next(iter(self._models.values()))
         elif name is not None:
             model = self._models.get(name)

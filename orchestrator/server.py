@@ -53,7 +53,7 @@ async def run_server(
     ``systemd`` (see ``SystemdEnvironment.take``) adds readiness and watchdog
     notifications, and replaces ``host``/``port`` by sockets systemd passed us.
     """
-    registry = ModelRegistry(models)
+    registry = ModelRegistry(models, default=options.default_model)
     systemd = systemd or SystemdEnvironment()
     config = HypercornConfig()
     if systemd.listen_fds:

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from daemons.default_model import ensure_default_model
+from daemons.default_model import ensure_chat_model, ensure_default_model
 from daemons.paths import repo_root
 
 
@@ -51,6 +51,11 @@ def native():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def default_model() -> Path:
     return ensure_default_model(progress=lambda message: None)
+
+
+@pytest.fixture(scope="session")
+def chat_model() -> Path:
+    return ensure_chat_model(progress=lambda message: None)
 
 
 @pytest.fixture(scope="session")
@@ -121,7 +126,8 @@ class LucernaServer:
 @pytest.fixture(scope="session")
 def server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
     """One shared server on the default model for tests that do not break it."""
-    srv = LucernaServer(tmp_path_factory.mktemp("server") / "serve.log", "--n-ctx", "2048")
+    srv = LucernaServer(tmp_path_factory.mktemp("server") / "serve.log", "--model", "default",
+                        "--n-ctx", "2048")
     try:
         srv.wait_healthy()
         yield srv

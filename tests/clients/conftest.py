@@ -21,7 +21,7 @@ AGENT_KEEPALIVE_S = 0.25
 
 @pytest.fixture(scope="package")
 def agent_server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
-    srv = LucernaServer(tmp_path_factory.mktemp("agents") / "serve.log",
+    srv = LucernaServer(tmp_path_factory.mktemp("agents") / "serve.log", "--model", "default",
                         "--n-ctx", str(AGENT_N_CTX),
                         "--max-output-tokens", str(AGENT_OUTPUT_CAP),
                         "--keepalive-interval", str(AGENT_KEEPALIVE_S))

@@ -23,7 +23,8 @@ def long_messages() -> list[dict[str, object]]:
 @pytest.fixture(scope="session")
 def prefill_server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
     """The default model with the default model as its PFlash drafter (two daemons)."""
-    srv = LucernaServer(tmp_path_factory.mktemp("prefill") / "serve.log", "--n-ctx", "2048",
+    srv = LucernaServer(tmp_path_factory.mktemp("prefill") / "serve.log", "--model", "default",
+                        "--n-ctx", "2048",
                         "--prefill-compression", "auto",
                         "--prefill-threshold", str(PREFILL_THRESHOLD),
                         "--prefill-keep", str(PREFILL_KEEP))

@@ -32,6 +32,7 @@ LONG_PROMPT = "The lamp is on the table. " * 150
 @pytest.fixture(scope="module")
 def agent_ready(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
     srv = LucernaServer(tmp_path_factory.mktemp("agent-support") / "serve.log",
+                        "--model", "default",
                         "--n-ctx", str(N_CTX), "--max-output-tokens", str(CAP),
                         "--keepalive-interval", str(KEEPALIVE_S))
     try:

@@ -10,6 +10,7 @@ import pytest
 
 from daemons.paths import repo_root
 from orchestrator.config import (
+    CHAT_MODEL_PATH,
     DEFAULT_MODEL_PATH,
     LucernaConfig,
     Overrides,
@@ -46,9 +47,10 @@ def test_the_shipped_example_loads() -> None:
     assert config.server.port == 8080
     assert config.server.api_keys == ()
     assert config.server.cors_origins == ()
-    assert [m.name for m in config.models] == ["gemma3-270m"]
-    assert config.models[0].path == DEFAULT_MODEL_PATH
-    assert config.models[0].restart == RestartPolicy(max_failures=5, base_delay_s=0.5,
+    assert [m.name for m in config.models] == ["smollm2-135m-instruct", "gemma3-270m"]
+    assert [m.path for m in config.models] == [CHAT_MODEL_PATH, DEFAULT_MODEL_PATH]
+    assert config.server.default_model == "smollm2-135m-instruct"
+    assert config.models[1].restart == RestartPolicy(max_failures=5, base_delay_s=0.5,
                                                      max_delay_s=30, healthy_after_s=60)
 
 
@@ -61,8 +63,9 @@ def test_the_examples_second_model_is_valid_once_uncommented(tmp_path: Path) -> 
                             for line in tail.splitlines()[2:])
     uncommented = uncommented.replace("/srv/models/Qwen3-8B-Q4_K_M.gguf", str(model))
     config = load_config(write(tmp_path, head + uncommented))
-    assert [m.name for m in config.models] == ["gemma3-270m", "qwen3-8b"]
-    second = config.models[1]
+    assert [m.name for m in config.models] == ["smollm2-135m-instruct", "gemma3-270m",
+                                               "qwen3-8b"]
+    second = config.models[2]
     assert (second.path, second.n_ctx, second.n_gpu_layers) == (str(model), 8192, -1)
     assert second.env == {"CUDA_VISIBLE_DEVICES": "0"}
 
@@ -80,6 +83,8 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
         shutdown_timeout = 12.5
         max_body_bytes = 4096
         log_level = "debug"
+        default_model = "m"
+        group_memory_mib = { gpu0 = 512 }
 
         [[models]]
         name = "m"
@@ -95,6 +100,10 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
         env = { A = "1" }
         queue_limit = 3
         max_output_tokens = 100
+        load = "on_demand"
+        idle = "90s"
+        idle_action = "stop"
+        group = "gpu0"
 
         [models.restart]
         max_failures = 2
@@ -109,6 +118,7 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
     assert server.api_keys == ("key-one", "key-two")
     assert server.cors_origins == ("http://localhost:3000", "https://app.example")
     assert server.log_level == "DEBUG"
+    assert (server.default_model, server.group_memory_mib) == ("m", {"gpu0": 512})
     (model,) = config.models
     assert model.path == str(tmp_path / "models" / "m.gguf")  # relative to the file
     assert (model.role, model.n_ctx, model.threads, model.n_gpu_layers, model.chunk,
@@ -117,6 +127,8 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
     assert model.launcher == ("nice", "-n", "5")
     assert model.env == {"A": "1"}
     assert (model.queue_limit, model.max_output_tokens) == (3, 100)
+    assert (model.load, model.idle_s, model.idle_action, model.group) == (
+        "on_demand", 90.0, "stop", "gpu0")
     assert model.restart == RestartPolicy(first_delay_s=0.1, base_delay_s=0.2, max_delay_s=1,
                                           max_failures=2, healthy_after_s=5)
 
@@ -150,6 +162,13 @@ MODEL = '[[models]]\nname = "m"\npath = "default"\n'
     ('[server]\nlog_level = "loud"\n' + MODEL, "server.log_level", "unknown level"),
     ("[server]\nhots = \"::1\"\n" + MODEL, "server.hots", "did you mean 'host'"),
     ("[serve]\n" + MODEL, "serve", "unknown key"),
+    ('[server]\ndefault_model = "mm"\n' + MODEL, "server.default_model", "did you mean 'm'"),
+    ("[server]\ngroup_memory_mib = { default = 0 }\n" + MODEL, "server.group_memory_mib",
+     "positive integer"),
+    (MODEL + 'load = "lazy"\n', "models[0] (m).load", "unknown mode"),
+    (MODEL + 'idle = "soon"\n', "models[0] (m).idle", "not a duration"),
+    (MODEL + 'idle = "-5s"\n', "models[0] (m).idle", "not a positive duration"),
+    (MODEL + 'idle_action = "sleep"\n', "models[0] (m).idle_action", "unknown action"),
 ])
 def test_mistakes_name_the_file_the_key_and_the_fix(
     tmp_path: Path, text: str, key: str, words: str,
@@ -170,10 +189,12 @@ def config_of(*names_and_paths: tuple[str, str]) -> LucernaConfig:
                                     for n, p in names_and_paths]}, source="lucerna.toml")
 
 
-def test_without_a_file_the_flags_make_a_one_model_config(tmp_path: Path) -> None:
-    plain = apply_overrides(None, Overrides())
+def test_without_a_file_the_flags_make_the_default_models_or_one(tmp_path: Path) -> None:
+    plain = apply_overrides(None, Overrides())  # both embedded models, the chat one default
     assert [(m.name, m.path, m.n_ctx) for m in plain.models] == [
+        ("smollm2-135m-instruct", CHAT_MODEL_PATH, 4096),
         ("gemma3-270m", DEFAULT_MODEL_PATH, 4096)]
+    assert plain.server.default_model == "smollm2-135m-instruct"
     assert plain.server.host == "127.0.0.1"
     model = write(tmp_path, "", "tiny.gguf")
     given = apply_overrides(None, Overrides(model=str(model), port=9, n_ctx=256))

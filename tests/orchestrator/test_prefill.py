@@ -171,7 +171,9 @@ def test_the_examples_prefill_table_is_valid_once_uncommented(tmp_path: Path) ->
     uncommented = "[models.prefill]" + "\n".join(line[2:] for line in block.splitlines())
     path = tmp_path / "lucerna.toml"
     path.write_text(head + uncommented + "\n")
-    prefill = load_config(path).models[0].prefill
+    gemma = load_config(path).models[1]  # the example's prefill table follows gemma3-270m
+    prefill = gemma.prefill
+    assert gemma.name == "gemma3-270m"
     assert prefill is not None and prefill.mode == "auto" and prefill.n_ctx == 131072
     assert prefill.upstream is not None and prefill.upstream.model == "qwen3.6-27b"
 
@@ -402,7 +404,7 @@ def daemon_rss(server: LucernaServer, executable: str) -> int:
 @pytest.mark.slow
 def test_with_park_the_server_wakes_the_drafter_and_restores_the_target(  # type: ignore[no-untyped-def]
         native, default_model, tmp_path: Path) -> None:
-    server = LucernaServer(tmp_path / "serve.log", "--n-ctx", "2048",
+    server = LucernaServer(tmp_path / "serve.log", "--model", "default", "--n-ctx", "2048",
                            "--prefill-compression", "auto",
                            "--prefill-threshold", str(PREFILL_THRESHOLD),
                            "--prefill-keep", str(PREFILL_KEEP), "--prefill-park")

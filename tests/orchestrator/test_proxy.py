@@ -36,7 +36,8 @@ def upstream(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]
     folder = tmp_path_factory.mktemp("upstream")
     keys = folder / "keys"
     keys.write_text(KEY + "\n")
-    srv = LucernaServer(folder / "serve.log", "--n-ctx", "2048", "--api-key-file", str(keys))
+    srv = LucernaServer(folder / "serve.log", "--model", "default",
+                        "--n-ctx", "2048", "--api-key-file", str(keys))
     try:
         srv.wait_healthy()
         yield srv
@@ -46,7 +47,8 @@ def upstream(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]
 
 @pytest.fixture(scope="module")
 def proxy(upstream: LucernaServer, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
-    srv = LucernaServer(tmp_path_factory.mktemp("proxy") / "serve.log", "--n-ctx", "2048",
+    srv = LucernaServer(tmp_path_factory.mktemp("proxy") / "serve.log", "--model", "default",
+                        "--n-ctx", "2048",
                         "--model-name", "proxied",
                         "--prefill-upstream", f"{upstream.base_url}/v1",
                         "--prefill-upstream-key", KEY,

@@ -28,7 +28,8 @@ SHORT = {**LONG, "max_tokens": 4}
 
 @pytest.fixture
 def queued_server(native, default_model, tmp_path) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
-    srv = LucernaServer(tmp_path / "serve.log", "--n-ctx", "2048", "--queue-limit", "1")
+    srv = LucernaServer(tmp_path / "serve.log", "--model", "default",
+                        "--n-ctx", "2048", "--queue-limit", "1")
     try:
         srv.wait_healthy()
         yield srv

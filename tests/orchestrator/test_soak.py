@@ -88,7 +88,8 @@ async def client_loop(base_url: str, seed: int, tally: Tally) -> None:
 
 @pytest.mark.slow
 async def test_soak(native, default_model, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    server = LucernaServer(tmp_path / "serve.log", "--n-ctx", "1024", "--queue-limit",
+    server = LucernaServer(tmp_path / "serve.log", "--model", "default",
+                           "--n-ctx", "1024", "--queue-limit",
                            str(CLIENTS))
     try:
         server.wait_healthy()

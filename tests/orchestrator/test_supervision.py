@@ -20,7 +20,7 @@ REQUEST = {"model": "gemma3-270m", "messages": MESSAGES, "max_tokens": 96, "temp
 
 @pytest.fixture
 def own_server(native, default_model, tmp_path):  # type: ignore[no-untyped-def]
-    srv = LucernaServer(tmp_path / "serve.log", "--n-ctx", "2048")
+    srv = LucernaServer(tmp_path / "serve.log", "--model", "default", "--n-ctx", "2048")
     try:
         srv.wait_healthy()
         yield srv
