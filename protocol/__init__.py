@@ -9,6 +9,7 @@ or piece table at a path you give. ``PROTOCOL.md`` next to this file is the cont
 from __future__ import annotations
 
 from ._codes import (
+    MAX_LOGPROBS,
     PROTOCOL_VERSION,
     STREAM_END,
     ErrorCode,
@@ -20,6 +21,7 @@ from ._commands import (
     Cancel,
     Compress,
     Detokenize,
+    Embed,
     Park,
     ParkScope,
     Quit,
@@ -50,8 +52,15 @@ from ._sequence import (
     SaveSlot,
     Snapshot,
 )
-from ._stream import TokenStreamReader
-from ._summaries import CompressSummary, GenerateSummary, ParkState, SlotList, SnapshotInfo
+from ._stream import LogprobStreamReader, TokenLogprobs, TokenStreamReader
+from ._summaries import (
+    CompressSummary,
+    EmbedSummary,
+    GenerateSummary,
+    ParkState,
+    SlotList,
+    SnapshotInfo,
+)
 from ._tokens import decode_token_bytes, encode_token_bytes, read_token_file, write_token_file
 from .errors import (
     CommandError,
@@ -64,6 +73,7 @@ from .errors import (
 )
 
 __all__ = [
+    "MAX_LOGPROBS",
     "PROTOCOL_VERSION",
     "STREAM_END",
     "Cancel",
@@ -73,6 +83,8 @@ __all__ = [
     "Compress",
     "CompressSummary",
     "Detokenize",
+    "Embed",
+    "EmbedSummary",
     "ErrReply",
     "ErrorCode",
     "FinishReason",
@@ -84,6 +96,7 @@ __all__ = [
     "InlineText",
     "ListSlots",
     "LoadSlot",
+    "LogprobStreamReader",
     "MalformedLineError",
     "ModelState",
     "OkReply",
@@ -109,6 +122,7 @@ __all__ = [
     "TokenAttr",
     "TokenFile",
     "TokenFileError",
+    "TokenLogprobs",
     "TokenStreamReader",
     "Tokenize",
     "Unpark",

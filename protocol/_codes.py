@@ -10,6 +10,9 @@ PROTOCOL_VERSION = 1
 STREAM_END = -1
 """The int32 value that ends the output of every stream command on the stream fd."""
 
+MAX_LOGPROBS = 20
+"""The most alternatives ``generate ... logprobs=K`` may ask for (section 5.1)."""
+
 
 class ErrorCode(enum.StrEnum):
     """Every ``err <code>`` of PROTOCOL.md section 6.

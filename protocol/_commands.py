@@ -25,11 +25,13 @@ from ._refs import InlineIds, InlineText, TextFile, TokenFile
 
 __all__ = [
     "COMPRESS_OPTIONS",
+    "EMBED_POOLING",
     "KEEP_X1000_MAX",
     "PARK_SCOPES",
     "Cancel",
     "Compress",
     "Detokenize",
+    "Embed",
     "Park",
     "ParkScope",
     "Quit",
@@ -228,3 +230,56 @@ class Compress(CommandBase):
     def _options(self) -> dict[str, str]:
         options = {key: getattr(self, key) for key in COMPRESS_OPTIONS}
         return {key: str(value) for key, value in options.items() if value is not None}
+
+
+EmbedPooling: TypeAlias = Literal["mean", "last"]
+"""How ``embed`` pools an input's hidden states: their mean, or the last position's."""
+
+EMBED_POOLING: tuple[EmbedPooling, ...] = ("mean", "last")
+
+
+@dataclass(frozen=True, slots=True)
+class Embed(CommandBase):
+    """``embed <ids> <path> [lengths=N,...] [pooling=mean|last]`` (section 5.11).
+
+    ``ids`` holds every input's ids one after another, ``lengths`` how many belong to
+    each (empty: one input, all of them). The daemon writes one float32 row per input to
+    ``path`` (``n`` x ``dim``, little-endian), the model's hidden states pooled over the
+    input's positions. It clears the live sequence; the reply reads as an
+    :class:`~protocol.EmbedSummary`.
+    """
+
+    name: ClassVar[str] = "embed"
+
+    ids: InlineIds | TokenFile
+    path: str | os.PathLike[str]
+    lengths: tuple[int, ...] = ()
+    pooling: EmbedPooling = "mean"
+
+    def __post_init__(self) -> None:
+        check_ids_ref("ids", self.ids)
+        object.__setattr__(self, "path", check_option_path("embed", self.path))
+        if not isinstance(self.lengths, tuple | list):
+            raise ValueError(f"lengths must be a sequence of ints, not {self.lengths!r}")
+        lengths = tuple(int_in_range("length", n, 1) for n in self.lengths)
+        object.__setattr__(self, "lengths", lengths)
+        if isinstance(self.ids, InlineIds):
+            if not self.ids.ids:
+                raise ValueError("embed needs at least one token")
+            if lengths and sum(lengths) != len(self.ids.ids):
+                raise ValueError(
+                    f"lengths add up to {sum(lengths)}, not the {len(self.ids.ids)} ids")
+        if self.pooling not in EMBED_POOLING:
+            raise ValueError(
+                f"pooling must be one of {', '.join(EMBED_POOLING)}, got {self.pooling!r}")
+
+    def _args(self) -> list[str]:
+        return [self.ids.word(), os.fspath(self.path)]
+
+    def _options(self) -> dict[str, str]:
+        options = {}
+        if self.lengths:
+            options["lengths"] = ",".join(map(str, self.lengths))
+        if self.pooling != "mean":
+            options["pooling"] = self.pooling
+        return options

@@ -13,15 +13,17 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TypeAlias, TypedDict
 
-from ._codes import ErrorCode
+from ._codes import MAX_LOGPROBS, ErrorCode
 from ._command_base import check_slot
 from ._commands import (
     COMPRESS_OPTIONS,
+    EMBED_POOLING,
     KEEP_X1000_MAX,
     PARK_SCOPES,
     Cancel,
     Compress,
     Detokenize,
+    Embed,
     Park,
     Quit,
     Stats,
@@ -73,6 +75,7 @@ Command: TypeAlias = (
     | Park
     | Unpark
     | Compress
+    | Embed
 )
 
 
@@ -173,7 +176,7 @@ def _parse_bool(options: Mapping[str, str], key: str, *, default: bool) -> bool:
 _DECODING_USAGE = (
     "[temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] [pres_pen=P] "
     "[rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>]"
-    " [json_schema=<text>] [snap=L:S]"
+    " [json_schema=<text>] [snap=L:S] [logprobs=K]"
 )
 _DECODING_KEYS = frozenset(SamplingParams.__dataclass_fields__) | {
     "stop",
@@ -181,6 +184,7 @@ _DECODING_KEYS = frozenset(SamplingParams.__dataclass_fields__) | {
     "grammar",
     "json_schema",
     "snap",
+    "logprobs",
 }
 
 
@@ -191,6 +195,7 @@ class _DecodingArgs(TypedDict):
     grammar: InlineText | TextFile | None
     json_schema: InlineText | TextFile | None
     snap: tuple[int, int] | None
+    logprobs: int | None
 
 
 def _decoding(parsed: CommandLine, prompt: InlineIds | TokenFile) -> _DecodingArgs:
@@ -205,6 +210,8 @@ def _decoding(parsed: CommandLine, prompt: InlineIds | TokenFile) -> _DecodingAr
         "grammar": None if grammar is None else text_ref_from_word(grammar),
         "json_schema": None if json_schema is None else text_ref_from_word(json_schema),
         "snap": None if "snap" not in options else _snap_option(options["snap"], prompt),
+        "logprobs": None if "logprobs" not in options
+        else _int_word("logprobs", options["logprobs"], 0, MAX_LOGPROBS),
     }
 
 
@@ -311,6 +318,23 @@ def _parse_compress(parsed: CommandLine) -> Compress:
     )
 
 
+def _parse_embed(parsed: CommandLine) -> Embed:
+    usage = "embed <ids> <path> [lengths=N,...] [pooling=mean|last]"
+    _expect(parsed, usage, 2, frozenset({"lengths", "pooling"}))
+    ids = ids_ref_from_word(parsed.args[0])
+    raw = parsed.options.get("lengths")
+    lengths = parse_id_list(raw, "lengths") if raw is not None else ()
+    if any(n <= 0 for n in lengths) or (isinstance(ids, InlineIds) and not ids.ids):
+        raise _Refusal(ErrorCode.EMPTY_PROMPT, "embed needs at least one token per input")
+    if raw is not None and not lengths:
+        raise ValueError("lengths must be positive and add up to the ids given")
+    pooling = parsed.options.get("pooling", "mean")
+    for kind in EMBED_POOLING:
+        if kind == pooling:
+            return Embed(ids, parsed.args[1], lengths, kind)
+    raise ValueError(f"pooling={pooling} must be mean or last")
+
+
 def _parse_bare(cls: type[Quit | Cancel | ListSlots]) -> Callable[[CommandLine], Command]:
     def parse(parsed: CommandLine) -> Command:
         _expect(parsed, parsed.command, 0)
@@ -337,4 +361,5 @@ _PARSERS: dict[str, Callable[[CommandLine], Command]] = {
     "park": _parse_residency(Park),
     "unpark": _parse_residency(Unpark),
     "compress": _parse_compress,
+    "embed": _parse_embed,
 }

@@ -42,6 +42,7 @@ _COMMAND_ORDER = (
     "load_slot",
     "park",
     "unpark",
+    "embed",
     "compress",
     "quit",
 )

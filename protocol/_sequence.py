@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from ._codes import MAX_LOGPROBS
 from ._command_base import (
     CommandBase,
     as_bool,
@@ -57,6 +58,10 @@ class _Decoding(CommandBase):
     """A JSON schema the output must satisfy (the daemon converts it to a grammar)."""
     snap: tuple[int, int] | None = field(default=None, kw_only=True)
     """``(L, S)``: snapshot into slot ``S`` once the first ``L`` prompt tokens are in."""
+    logprobs: int | None = field(default=None, kw_only=True)
+    """``K`` in ``0..MAX_LOGPROBS``: each token comes with its log-probability and the
+    ``K`` most likely alternatives' (read with :class:`~protocol.LogprobStreamReader`);
+    None: bare ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +147,8 @@ def _check_decoding(command: Generate | Restore) -> None:
             raise ValueError("grammar and json_schema exclude each other")
     if command.snap is not None:
         keep("snap", check_snap(command.snap, prompt))
+    if command.logprobs is not None:
+        keep("logprobs", int_in_range("logprobs", command.logprobs, 0, MAX_LOGPROBS))
 
 
 def check_snap(snap: object, prompt: InlineIds | TokenFile) -> tuple[int, int]:
@@ -177,6 +184,8 @@ def _decoding_options(command: Generate | Restore) -> dict[str, str]:
     if command.snap is not None:
         position, slot = command.snap
         options["snap"] = f"{position}:{slot}"
+    if command.logprobs is not None:
+        options["logprobs"] = str(command.logprobs)
     return options
 
 

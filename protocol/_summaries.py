@@ -16,7 +16,14 @@ from ._codes import FinishReason, ModelState
 from ._replies import OkReply
 from .errors import MalformedLineError
 
-__all__ = ["CompressSummary", "GenerateSummary", "ParkState", "SlotList", "SnapshotInfo"]
+__all__ = [
+    "CompressSummary",
+    "EmbedSummary",
+    "GenerateSummary",
+    "ParkState",
+    "SlotList",
+    "SnapshotInfo",
+]
 
 _Enum = TypeVar("_Enum", bound=enum.StrEnum)
 _SLOT_PAIR = re.compile(r"([0-9]+):([0-9]+)")
@@ -251,3 +258,22 @@ class CompressSummary(_Summary):
     @classmethod
     def _read(cls, reply: OkReply) -> Self:
         return cls(reply.int_field("n_in"), reply.int_field("n_out"), reply.float_field("ms"))
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedSummary(_Summary):
+    """``ok embed n=.. dim=.. n_tokens=.. ms=..`` (section 5.11)."""
+
+    n: int
+    """Inputs embedded: rows in the file."""
+    dim: int
+    """Floats per row."""
+    n_tokens: int
+    ms: float
+
+    commands: ClassVar[tuple[str, ...]] = ("embed",)
+
+    @classmethod
+    def _read(cls, reply: OkReply) -> Self:
+        return cls(reply.int_field("n"), reply.int_field("dim"), reply.int_field("n_tokens"),
+                   reply.float_field("ms"))

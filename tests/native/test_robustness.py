@@ -23,7 +23,7 @@ ONE_THREAD = "--threads=1"  # see test_snapshots.py
 STREAM_COMMANDS = {b"generate", b"tokenize", b"restore", b"compress"}
 COMMANDS = [
     "generate", "tokenize", "detokenize", "vocab", "stats", "cancel", "snapshot", "restore",
-    "free_snapshot", "list_slots", "park", "unpark", "compress", "quit", "exit",
+    "free_snapshot", "list_slots", "park", "unpark", "compress", "embed", "quit", "exit",
 ]  # fmt: skip
 PROMPT = "ids:9707,1879,11"  # qwen3 test-model ids
 
@@ -118,6 +118,8 @@ class LineFuzzer:
         )
         if word == "vocab":  # files it writes stay in the fuzz's own directory
             args = [r.choice(["table.msgpack", "sub/none/table.msgpack", "%2Fproc%2Fnope"])]
+        elif word == "embed":  # so is the file of embeddings
+            args = [self.ids(), r.choice(["emb.f32", "sub/none/emb.f32", self.value()])]
         elif word in ("generate", "restore", "compress"):
             args = ([self.number()] if word == "restore" else []) + [
                 self.ids(),
@@ -145,6 +147,9 @@ class LineFuzzer:
             "lookahead",
             "chunk",
             "pool",
+            "logprobs",
+            "lengths",
+            "pooling",
             "Temp",
             "x",
             "",
@@ -158,6 +163,10 @@ class LineFuzzer:
                 value = "text:" + r.choice(
                     ["root%20::=%20%22a%22", "root%20::=%20[0-9]", "root", "(((("]
                 )
+            if key in ("logprobs", "lengths") and r.random() < 0.5:
+                value = r.choice(["0", "1", "2", "20", "21", "-1", "1,2", "3,0"])
+            if key == "pooling" and r.random() < 0.5:
+                value = r.choice(["mean", "last", "cls"])
             if key == "path":
                 value = r.choice(["stats.msgpack", "no/such/dir/stats.msgpack"])
             args.append(f"{key}={value}")
@@ -172,6 +181,9 @@ class LineFuzzer:
             f"generate {PROMPT} {r.randrange(1, 4)}",
             f"generate {PROMPT} 2 snap=2:{slot} temp=0.7 seed={r.randrange(9)}",
             f"restore {slot} {PROMPT},13 2",
+            f"generate {PROMPT} 2 logprobs={r.randrange(0, 21)}",
+            f"restore {slot} {PROMPT},13 2 logprobs=1 temp=0.7",
+            f"embed {PROMPT} emb.f32 lengths=1,2", "embed ids:9707 emb.f32 pooling=last",
             f"snapshot {slot}", f"free_snapshot {slot}", "list_slots", "stats", "cancel",
             "tokenize text:Hello%20world", "detokenize ids:9707,1879", "stats path=stats.msgpack",
             "vocab table.msgpack" if r.random() < 0.05 else "stats",
@@ -194,6 +206,8 @@ class LineFuzzer:
             f"generate {PROMPT} 1 json_schema={text}%00",
             f"save_slot {slot} nulv%00", f"load_slot {slot} {ids}%00", f"generate {PROMPT} 1%00",
             f"snapshot {slot}%00", f"generate {PROMPT} 1 seed=1%00 stop=%00", "park all%00",
+            f"embed {PROMPT} nule%00", f"embed {ids}%00 emb.f32",
+            f"generate {PROMPT} 1 logprobs=1%00",
             # inline text keeps its NUL: data for tokenize, refused where it is a C string
             "tokenize text:a%00b", f"generate text:x%00{ids} 1",
             f"generate {PROMPT} 1 grammar=text:root%20::=%20%22a%22%00junk",
@@ -306,8 +320,9 @@ def test_fuzz_lines_each_get_exactly_one_reply(
     stats = daemon.ok(daemon.command("stats"), "stats")
     print(f"fuzz: {n_lines} lines in {elapsed:.1f} s, {counts}, stats {stats}")
     assert counts["replies"] > 8_000 and counts["terminators"] > 1_000 and counts["nul"] > 200
-    # What a NUL-truncating daemon would have written (vocab nulv%00..., stats nuls%00...).
-    assert not {"nulv", "nuls"} & {p.name for p in tmp_path.iterdir()}
+    # What a NUL-truncating daemon would have written (vocab nulv%00..., stats nuls%00...,
+    # embed ... nule%00).
+    assert not {"nulv", "nuls", "nule"} & {p.name for p in tmp_path.iterdir()}
     assert daemon.quit() == 0
 
 

@@ -18,7 +18,7 @@ SERVES = {
 }
 GENERATING_CAPS = (
     "generate,tokenize,detokenize,vocab,stats,cancel,snapshot,restore,free_snapshot,list_slots,"
-    "save_slot,load_slot,park,unpark,quit"
+    "save_slot,load_slot,park,unpark,embed,quit"
 )
 CAPS = {
     "qwen35": GENERATING_CAPS,

@@ -18,6 +18,7 @@ from protocol import (
     CommandLine,
     Compress,
     Detokenize,
+    Embed,
     ErrorCode,
     FreeSnapshot,
     Generate,
@@ -318,6 +319,14 @@ def test_line_encode_then_parse_round_trips(
             b"compress /tmp/long_prompt.ids 100 lookahead=8 chunk=32\n",
         ),
         (Compress(InlineIds((1, 2)), 1000, pool=5), b"compress ids:1,2 1000 pool=5\n"),
+        (Generate(InlineIds((1, 2)), 4, logprobs=5), b"generate ids:1,2 4 logprobs=5\n"),
+        (Generate(InlineIds((1,)), 4, logprobs=0), b"generate ids:1 4 logprobs=0\n"),
+        (Restore(1, InlineIds((1,)), 4, logprobs=20), b"restore 1 ids:1 4 logprobs=20\n"),
+        (Embed(InlineIds((5, 6, 7)), "/tmp/e.f32"), b"embed ids:5,6,7 /tmp/e.f32\n"),
+        (
+            Embed(InlineIds((5, 6, 7)), "/tmp/e.f32", (1, 2), "last"),
+            b"embed ids:5,6,7 /tmp/e.f32 lengths=1,2 pooling=last\n",
+        ),
     ],
 )
 def test_command_encoding(command: Command, line: bytes) -> None:
@@ -344,6 +353,7 @@ def test_command_names_and_stream_flags() -> None:
         (Park, "park"),
         (Unpark, "unpark"),
         (Compress, "compress"),
+        (Embed, "embed"),
     ]
     assert {cls for cls, _ in classes} == set(get_args(Command))
     for cls, name in classes:
@@ -465,6 +475,20 @@ def test_a_path_may_mention_the_prefixes_elsewhere() -> None:
         ("generate ids:1 4 temperature=1", ErrorCode.BAD_ARGS),
         ("generate ids:1 4 temp=1 temp=1", ErrorCode.BAD_ARGS),
         ("generate ids:1 temp=1 4", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 logprobs=21", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 logprobs=-1", ErrorCode.BAD_ARGS),
+        ("generate ids:1 4 logprobs=", ErrorCode.BAD_ARGS),
+        ("restore 0 ids:1 4 logprobs=x", ErrorCode.BAD_ARGS),
+        ("embed ids:1", ErrorCode.BAD_ARGS),
+        ("embed ids: /tmp/e", ErrorCode.EMPTY_PROMPT),
+        ("embed ids:1,2 /tmp/e lengths=0,2", ErrorCode.EMPTY_PROMPT),
+        ("embed ids:1,2 /tmp/e lengths=1", ErrorCode.BAD_ARGS),
+        ("embed ids:1,2 /tmp/e lengths=", ErrorCode.BAD_ARGS),
+        ("embed ids:1,2 /tmp/e lengths=a", ErrorCode.BAD_ARGS),
+        ("embed ids:1,2 /tmp/e pooling=cls", ErrorCode.BAD_ARGS),
+        ("embed ids:1,2 /tmp/e dim=3", ErrorCode.BAD_ARGS),
+        ("embed ids:-1 /tmp/e", ErrorCode.BAD_TOKEN),
+        ("embed ids:1 /tmp/e%00x", ErrorCode.BAD_ARGS),
         ("tokenize", ErrorCode.BAD_ARGS),
         ("tokenize text:a special=2", ErrorCode.BAD_ARGS),
         ("tokenize text:%FF", ErrorCode.BAD_ARGS),
@@ -646,6 +670,7 @@ def _decoding_commands(draw: st.DrawFn, cls: type[Generate | Restore]) -> Genera
         "ignore_eos": draw(st.booleans()),
         "grammar": draw(st.none() | _texts),
         "snap": draw(st.none() | st.tuples(st.integers(1, n_prompt), _slots)),
+        "logprobs": draw(st.none() | st.integers(0, 20)),
     }
     if cls is Restore:
         arguments["slot"] = draw(_slots)
@@ -653,6 +678,20 @@ def _decoding_commands(draw: st.DrawFn, cls: type[Generate | Restore]) -> Genera
         arguments["reuse"] = draw(st.booleans())
         arguments["marks"] = tuple(sorted(draw(st.sets(st.integers(1, n_prompt), max_size=4))))
     return cls(**arguments)
+
+
+@st.composite
+def _embed_commands(draw: st.DrawFn) -> Embed:
+    """An embed of one or more inputs, inline or from a file."""
+    if draw(st.booleans()):
+        return Embed(draw(_token_files), draw(_paths), tuple(draw(st.lists(_counts, max_size=4))),
+                     draw(st.sampled_from(["mean", "last"])))
+    inputs = draw(st.lists(st.lists(_ids, min_size=1, max_size=5), min_size=1, max_size=4))
+    lengths = tuple(len(i) for i in inputs) if draw(st.booleans()) else ()
+    if not lengths:
+        inputs = inputs[:1]
+    return Embed(InlineIds(tuple(i for one in inputs for i in one)), draw(_paths), lengths,
+                 draw(st.sampled_from(["mean", "last"])))
 
 
 commands: st.SearchStrategy[Command] = st.one_of(
@@ -683,6 +722,7 @@ commands: st.SearchStrategy[Command] = st.one_of(
         chunk=st.none() | _counts,
         pool=st.none() | _counts,
     ),
+    _embed_commands(),
 )
 
 

@@ -59,6 +59,12 @@ CONTRACT = {
     # Prefix reuse and snapshot files (PROTOCOL.md 5.10).
     "SaveSlot",
     "LoadSlot",
+    # Logprobs and embeddings (PROTOCOL.md 5.1, 5.11).
+    "MAX_LOGPROBS",
+    "LogprobStreamReader",
+    "TokenLogprobs",
+    "Embed",
+    "EmbedSummary",
 }
 
 ADDITIONS = {

@@ -23,5 +23,6 @@ std::string handle_free_snapshot(Session & session, const CommandLine & cmd);   
 std::string handle_list_slots(Session & session, const CommandLine & cmd);                       // snapshots.cpp
 std::string handle_park(Session & session, const CommandLine & cmd);                             // park.cpp
 std::string handle_unpark(Session & session, const CommandLine & cmd);                           // park.cpp
+std::string handle_embed(Session & session, const CommandLine & cmd);                            // embed.cpp
 
 }  // namespace lucerna

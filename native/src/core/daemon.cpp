@@ -43,7 +43,7 @@ std::vector<std::string> capabilities(const RoleInfo & role) {
     if (role.generates) {
         std::vector<std::string> caps = {"generate", "tokenize", "detokenize", "vocab", "stats",
                                          "cancel", "snapshot", "restore", "free_snapshot", "list_slots",
-                                         "save_slot", "load_slot", "park", "unpark", "quit"};
+                                         "save_slot", "load_slot", "park", "unpark", "embed", "quit"};
         if (std::string(role.name) == "pflash") {
             caps.emplace_back("compress");
         }
@@ -62,7 +62,7 @@ bool is_protocol_command(const std::string & name) {
     static const char * const kCommands[] = {"generate", "tokenize", "detokenize", "vocab", "stats",
                                              "quit", "exit", "cancel", "snapshot", "restore",
                                              "free_snapshot", "list_slots", "save_slot", "load_slot",
-                                             "park", "unpark", "compress"};
+                                             "park", "unpark", "compress", "embed"};
     return std::find(std::begin(kCommands), std::end(kCommands), name) != std::end(kCommands);
 }
 
@@ -250,6 +250,7 @@ private:
         if (name == "load_slot") return handle_load_slot(session_, cmd);
         if (name == "park") return handle_park(session_, cmd);
         if (name == "unpark") return handle_unpark(session_, cmd);
+        if (name == "embed") return handle_embed(session_, cmd);
         if (name == "cancel") {
             cmd.expect_positional(0, "cancel");
             cmd.check_options({}, "cancel");

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/session.h"
 #include "llama.h"
@@ -23,10 +25,12 @@ class TokenEmitter {
 public:
     TokenEmitter(Session & session, const GenerateRequest & req, std::function<bool()> cancelled);
 
-    // Takes the picker's choice (nullopt: the grammar is complete). Writes it to the
-    // stream unless it ends the generation unwritten (EOG, complete grammar). Returns
-    // true while generation goes on; then finish() says why it stopped. Throws io_failed.
-    bool emit(std::optional<llama_token> picked);
+    // Takes the picker's choice (nullopt: the grammar is complete) and the logits it
+    // was picked from. Writes it to the stream unless it ends the generation unwritten
+    // (EOG, complete grammar), followed, with logprobs=K, by its log-probability and the
+    // K most likely tokens' (PROTOCOL.md 5.1). Returns true while generation goes on;
+    // then finish() says why it stopped. Throws io_failed.
+    bool emit(std::optional<llama_token> picked, const float * logits);
 
     // Ends the generation before any pick (a cancel that came during prefill).
     void cancel() { finish_ = Finish::kCancelled; }
@@ -38,11 +42,16 @@ public:
     int32_t remaining() const;
 
 private:
+    // [token, logprob bits, (id, logprob bits) x K] for logprobs=K.
+    void logprob_record(llama_token token, const float * logits);
+
     Session & session_;
     const GenerateRequest & req_;
     std::function<bool()> cancelled_;
     int32_t n_out_ = 0;
     Finish finish_ = Finish::kNone;
+    std::vector<int32_t> record_;
+    std::vector<std::pair<float, llama_token>> top_;
 };
 
 }  // namespace lucerna

@@ -1,6 +1,7 @@
 // generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F]
 //          [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,ID,...] [ignore_eos=0|1]
 //          [grammar=<text>] [json_schema=<text>] [snap=L:S] [reuse=0|1] [marks=L,...]
+//          [logprobs=K]
 //
 // Starts from the longest prefix of the prompt whose state the daemon holds (or, with
 // reuse=0, from an empty sequence), prefills the rest in chunks, then decodes one token
@@ -31,7 +32,7 @@ namespace {
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
     "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S] "
-    "[reuse=0|1] [marks=L,...]";
+    "[reuse=0|1] [marks=L,...] [logprobs=K]";
 
 // Besides the marks, a checkpoint every this many chunks of a long prefill, so that a
 // prompt diverging inside a long stretch the front end did not mark still reuses most.
@@ -76,7 +77,8 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
                                        const std::string & n_gen, const char * usage) {
     const bool is_generate = cmd.name == "generate";
     std::vector<std::string_view> keys = {"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen",
-                                     "rep_window", "seed", "stop", "ignore_eos", "grammar", "json_schema", "snap"};
+                                     "rep_window", "seed", "stop", "ignore_eos", "grammar", "json_schema", "snap",
+                                          "logprobs"};
     if (is_generate) {
         keys.insert(keys.end(), {"reuse", "marks"});
     }
@@ -129,6 +131,8 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
             req.reuse = parse_bool01("reuse", value);
         } else if (key == "marks") {
             req.marks = parse_id_list(value, "marks");
+        } else if (key == "logprobs") {
+            req.logprobs = static_cast<int32_t>(parse_int("logprobs", value, 0, kMaxLogprobs));
         }
     }
     req.reuse = req.reuse && is_generate;
@@ -273,8 +277,9 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             decode_speculative(session, picker, emitter, batch, spec_counters);
         } else {
             while (true) {
-                const std::optional<llama_token> picked = picker.pick(live.last_logits(ctx));
-                if (!emitter.emit(picked)) {
+                const float * logits = live.last_logits(ctx);
+                const std::optional<llama_token> picked = picker.pick(logits);
+                if (!emitter.emit(picked, logits)) {
                     break;
                 }
                 const llama_token token = *picked;

@@ -29,7 +29,13 @@ struct GenerateRequest {
     // marks=L,L,...: prompt positions where the prefill splits and, with reuse, keeps a
     // checkpoint (ascending, each in 1 .. n_prompt).
     std::vector<int32_t> marks;
+    // logprobs=K: after each written token, its log-probability and the K most likely
+    // alternatives (PROTOCOL.md 5.1); -1: off, the stream carries bare ids.
+    int32_t logprobs = -1;
 };
+
+// The most alternatives `logprobs=` may ask for (OpenAI's top_logprobs bound).
+constexpr int32_t kMaxLogprobs = 20;
 
 // Parses `<ids> <n_gen> [options]` given as words. Validation order: option values,
 // token source, empty prompt, token range, context size, grammar. Throws ProtocolError.

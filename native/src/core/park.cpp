@@ -89,7 +89,8 @@ void unpark_target(Session & session) {
 }  // namespace
 
 bool needs_weights(const std::string & command) {
-    return command == "generate" || command == "restore" || command == "snapshot" || command == "compress";
+    return command == "generate" || command == "restore" || command == "snapshot" || command == "compress" ||
+           command == "embed";
 }
 
 std::string handle_park(Session & session, const CommandLine & cmd) {

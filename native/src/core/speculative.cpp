@@ -87,7 +87,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     std::vector<llama_token> proposals;
     std::vector<int32_t> committed;  // for the oracle: the live tokens plus `last`
     std::optional<llama_token> picked = picker.pick(live.last_logits(ctx));
-    if (!emitter.emit(picked)) {
+    if (!emitter.emit(picked, live.last_logits(ctx))) {
         return;
     }
     llama_token last = *picked;
@@ -124,8 +124,9 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         uint64_t accepted = 0;
         bool more = true;
         while (true) {
-            picked = picker.pick(llama_get_logits_ith(ctx, row));
-            more = emitter.emit(picked);
+            const float * logits = llama_get_logits_ith(ctx, row);
+            picked = picker.pick(logits);
+            more = emitter.emit(picked, logits);
             if (more && row < k && *picked == proposals[static_cast<size_t>(row)]) {
                 ++accepted;
                 ++row;
