@@ -27,8 +27,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Literal, TypedDict, Unpack
 
+import numpy as np
 import trio
 
 from daemons.errors import DaemonDiedError, DaemonReplyError, DaemonStartError
@@ -38,6 +39,8 @@ from protocol import (
     Command,
     Compress,
     Detokenize,
+    Embed,
+    EmbedSummary,
     ErrReply,
     FreeSnapshot,
     Generate,
@@ -46,6 +49,7 @@ from protocol import (
     InlineText,
     ListSlots,
     LoadSlot,
+    LogprobStreamReader,
     OkReply,
     Park,
     ParkScope,
@@ -63,6 +67,7 @@ from protocol import (
     TextFile,
     TokenFile,
     Tokenize,
+    TokenLogprobs,
     TokenStreamReader,
     Unpark,
     Vocab,
@@ -146,6 +151,9 @@ class DecodeOptions(TypedDict, total=False):
     daemon holds (5.10; the daemon's default). False prefills from an empty sequence."""
     marks: Sequence[int]
     """``generate`` only: prompt positions where the prefill splits and keeps a checkpoint."""
+    logprobs: int | None
+    """``K`` in ``0..20``: each token comes with its log-probability and the ``K`` most
+    likely alternatives' (``GenerationStream.logprobs``, PROTOCOL.md 5.1)."""
 
 
 class DaemonClient:
@@ -167,6 +175,10 @@ class DaemonClient:
         self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self._stream = stream
         self._tokens = TokenStreamReader()
+        # Set for a generation that asked for logprobs: its stream is records, whose
+        # ids go where bare ids go and whose records wait in _records.
+        self._logprobs: LogprobStreamReader | None = None
+        self._records: deque[TokenLogprobs] = deque()
         self._workdir = workdir
         self._files = 0
         self._lock = trio.Lock()
@@ -256,7 +268,16 @@ class DaemonClient:
         if not data:
             await self._await_exit_briefly()
             raise self._died()
+        if self._logprobs is not None:
+            records = self._logprobs.feed(data)
+            self._records.extend(records)
+            return [record.token for record in records]
         return self._tokens.feed(data)
+
+    @property
+    def _stream_finished(self) -> bool:
+        """The current stream command's ``-1`` has been read."""
+        return (self._logprobs or self._tokens).finished
 
     def _reply_error(self, reply: ErrReply) -> DaemonReplyError:
         return DaemonReplyError(reply.code, reply.detail, role=self.role, pid=self.pid,
@@ -314,6 +335,7 @@ class DaemonClient:
         async with self._lock:
             await self._send(command.encode())
             self._tokens.reset()
+            self._logprobs = None
             values: list[int] = []
             while not self._tokens.finished:
                 values.extend(await self._read_stream_chunk())
@@ -384,11 +406,15 @@ class DaemonClient:
             grammar=None if grammar is None else self._text_ref(grammar),
             json_schema=None if json_schema is None else self._text_ref(json_schema),
             snap=options.get("snap"),
+            logprobs=options.get("logprobs"),
         )
         self._check_served(command)
         async with self._lock:
             await self._send(command.encode())
             self._tokens.reset()
+            self._records.clear()
+            self._logprobs = (None if command.logprobs is None
+                              else LogprobStreamReader(command.logprobs))
             stream = GenerationStream(self, command.name)
             try:
                 yield stream
@@ -439,6 +465,26 @@ class DaemonClient:
         kept, _ = await self._stream_command(command)
         return kept
 
+    async def embed(self, inputs: Sequence[Sequence[int]], *,
+                    pooling: Literal["mean", "last"] = "mean") -> np.ndarray:
+        """Each input's pooled hidden states, one float32 row per input (PROTOCOL.md 5.11).
+
+        One command for all inputs. The daemon clears its live sequence to do it, so the
+        next generation reuses no prefix from it (snapshot slots stay).
+        """
+        path = self._scratch_path(".f32")
+        flat = [token for one in inputs for token in one]
+        command = Embed(self._ids_ref(flat), path, tuple(len(one) for one in inputs), pooling)
+        summary = EmbedSummary.from_reply(await self._command(command))
+        try:
+            rows = np.fromfile(path, dtype="<f4")
+        finally:
+            path.unlink(missing_ok=True)
+        if rows.size != summary.n * summary.dim or summary.n != len(inputs):
+            raise DaemonReplyError("protocol", f"embed wrote {rows.size} floats for {summary}",
+                                   role=self.role, pid=self.pid, argv=self.argv)
+        return rows.reshape(summary.n, summary.dim)
+
     async def _abandon(self, stream: GenerationStream) -> None:
         with trio.CancelScope(shield=True):
             if self.exited.is_set():
@@ -450,7 +496,7 @@ class DaemonClient:
                         assert self.process.stdin is not None
                         await self.process.stdin.send_all(Cancel().encode())
                         replies += 1
-                    while not self._tokens.finished:
+                    while not self._stream_finished:
                         await self._read_stream_chunk()
                     # Replies come in command order; an error reply can only be the
                     # generation's, since cancel always succeeds.
@@ -520,6 +566,9 @@ class GenerationStream:
         self._pending: deque[int] = deque()
         self.done = False
         self.summary: GenerateSummary | None = None
+        self.logprobs: TokenLogprobs | None = None
+        """The record of the token the last ``__anext__`` returned, when the generation
+        asked for logprobs; None otherwise."""
 
     def __aiter__(self) -> GenerationStream:
         return self
@@ -527,7 +576,7 @@ class GenerationStream:
     async def __anext__(self) -> int:
         client = self._client
         while not self._pending:
-            if client._tokens.finished:
+            if client._stream_finished:
                 if not self.done:
                     reply = await client._read_reply()
                     self.done = True
@@ -535,6 +584,8 @@ class GenerationStream:
                         client._answer(reply, self._reply_to))
                 raise StopAsyncIteration
             self._pending.extend(await client._read_stream_chunk())
+        if client._logprobs is not None:
+            self.logprobs = client._records.popleft()
         return self._pending.popleft()
 
     async def collect(self) -> list[int]:

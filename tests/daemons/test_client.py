@@ -97,3 +97,37 @@ async def test_death_mid_generation_raises_instead_of_hanging(native, default_mo
         assert not daemon.intentional_exit
         with pytest.raises(DaemonDiedError):
             await daemon.tokenize("anyone there?")
+
+
+async def test_logprobs_come_with_their_tokens(native, default_model) -> None:  # type: ignore[no-untyped-def]
+    async with open_daemon(launch(native, default_model)) as daemon:
+        prompt = await daemon.tokenize("The capital of France is the city of")
+        async with daemon.generate(prompt, 6) as stream:
+            plain = await stream.collect()
+        records = []
+        async with daemon.generate(prompt, 6, logprobs=3) as stream:
+            async for token in stream:
+                assert stream.logprobs is not None and stream.logprobs.token == token
+                records.append(stream.logprobs)
+        assert [r.token for r in records] == plain
+        assert all(r.top[0][0] == r.token and len(r.top) == 3 for r in records)
+        # Left after one record: cancel drains records, and bare ids follow cleanly.
+        async with daemon.generate(prompt, 200, ignore_eos=True, logprobs=20) as stream:
+            async for _ in stream:
+                break
+        async with daemon.generate(prompt, 6) as stream:
+            assert await stream.collect() == plain
+
+
+async def test_embed_rows_per_input(native, default_model) -> None:  # type: ignore[no-untyped-def]
+    async with open_daemon(launch(native, default_model)) as daemon:
+        a, b = await daemon.tokenize("a red apple"), await daemon.tokenize("the stock market")
+        rows = await daemon.embed([a, b, a])
+        assert rows.shape == (3, 640) and rows.dtype == "float32"
+        assert (rows[0] == rows[2]).all() and not (rows[0] == rows[1]).all()
+        assert ((await daemon.embed([b], pooling="last"))[0] != rows[1]).any()
+        with pytest.raises(ValueError, match="length"):
+            await daemon.embed([a, []])  # refused before it is sent
+        with pytest.raises(DaemonReplyError) as info:
+            await daemon.embed([[262144]])
+        assert info.value.code == "bad_token"
