@@ -9,6 +9,14 @@ Self-contained, starting Lucerna and its comparison on the same GGUF and setting
 
     lucerna bench --model PATH --against llama-server [--n-ctx N] [--threads N] ...
     lucerna bench --model PATH --against daemon       (the HTTP front end's own cost)
+    lucerna bench --model PATH --against llama-server --set agent [--no-cache]
+    lucerna bench --model PATH --disk-restart         (Lucerna's disk tier, restarted)
+
+Both servers run as their users run them: with their prompt caches on (Lucerna's prefix
+cache, llama-server's ``cache_prompt`` and ``--cache-ram``), so a conversation (``--set
+agent``) shows what each keeps between turns. ``--no-cache`` turns both off, so every
+request prefills from its first token: the fair footing for single-request prefill
+and decode figures (``code``, ``long-*``), as the figures before issue 12 were made.
 
 The markdown tables go to stdout, progress to stderr, everything to ``--out``.
 Only argparse is imported here; the benchmark's modules load when it runs.
@@ -29,7 +37,7 @@ if TYPE_CHECKING:
     from orchestrator.bench.runner import BenchPlan, CaseRun
     from orchestrator.bench.servers import ServerSettings
 
-__all__ = ["add_bench_parser", "cmd_bench"]
+__all__ = ["add_bench_parser", "cmd_bench", "server_settings"]
 
 _AGAINST = ("llama-server", "daemon")
 
@@ -86,7 +94,9 @@ def add_bench_parser(sub: Any) -> None:
     cases = bench.add_argument_group("cases")
     cases.add_argument("--set", dest="sets", type=_set_list, default=("code",),
                        help="prompt sets, comma-separated: code, long-4k, long-16k, long-32k, "
-                       "long-64k (default: code)")
+                       "long-64k, long-128k, agent (an 8-turn coding-agent conversation, "
+                       "4K to 8K tokens, sent as chat; concurrency 1 only; each repeat is a "
+                       "new conversation) (default: code)")
     cases.add_argument("--max-tokens", type=int, default=128, help="tokens per request "
                        "(default 128)")
     cases.add_argument("--repeats", type=int, default=1, help="times each prompt is run")
@@ -111,6 +121,14 @@ def add_bench_parser(sub: Any) -> None:
                         "the largest concurrency, at least 16)")
     engine.add_argument("--startup-timeout", type=float, default=600.0,
                         help="seconds each server may take to become healthy")
+    engine.add_argument("--no-cache", action="store_true",
+                        help="prompt caches off on both servers (Lucerna --cache-ram 0; "
+                        "llama-server --no-cache-prompt --cache-ram 0 and cache_prompt: false "
+                        "per request); default: both on, as their users run them")
+    engine.add_argument("--disk-restart", action="store_true",
+                        help="also measure Lucerna's first agent turn after a restart with "
+                        "--kv-cache-dir warm, against the same turn cold (runs after the "
+                        "comparison; alone when --against is not given)")
     bench.set_defaults(func=cmd_bench)
 
 
@@ -146,10 +164,13 @@ async def _run(endpoints: list[Endpoint], plan: BenchPlan, api: str,
 
 
 def _finish(args: argparse.Namespace, runs: list[CaseRun], targets: list[dict[str, Any]],
-            settings: dict[str, Any], started: float) -> int:
+            settings: dict[str, Any], started: float,
+            disk_restart: dict[str, Any] | None = None) -> int:
     from orchestrator.bench.report import bench_document, markdown_tables, write_json
 
     doc = bench_document(runs, targets=targets, settings=settings, started=started)
+    if disk_restart is not None:
+        doc["disk_restart"] = disk_restart
     if args.out:
         write_json(doc, args.out)
         progress(f"wrote {args.out}")
@@ -192,6 +213,18 @@ def _bench_urls(args: argparse.Namespace) -> int:
     return _finish(args, runs, targets, settings, started)
 
 
+def server_settings(args: argparse.Namespace, plan: BenchPlan, model: Path, n_ctx: int,
+                    chat_template_file: Path | None = None) -> ServerSettings:
+    """What both servers of a self-contained run are started with."""
+    from orchestrator.bench.servers import ServerSettings
+
+    return ServerSettings(
+        model=model, n_ctx=n_ctx, threads=args.threads or os.cpu_count() or 1,
+        n_gpu_layers=args.n_gpu_layers,
+        queue_limit=args.queue_limit or max(16, *plan.concurrency),
+        prompt_cache=not args.no_cache, chat_template_file=chat_template_file)
+
+
 def _bench_self_contained(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -204,28 +237,45 @@ def _bench_self_contained(args: argparse.Namespace) -> int:
     from orchestrator.bench.prompts import prompt_set
     from orchestrator.bench.servers import (
         ServerProcess,
-        ServerSettings,
         free_port,
         llama_server_argv,
+        llama_server_body,
         lucerna_argv,
     )
+    from orchestrator.chat_template import FALLBACK_TEMPLATE
 
     plan = _plan(args)
     ensure_native(progress=progress)
     model = (ensure_default_model(progress) if args.model == "default"
              else Path(args.model).expanduser().resolve())
-    n_ctx = args.n_ctx or max(prompt_set(name).n_ctx for name in plan.sets)
-    trained = read_gguf_info(model).context_length
+    sets = plan.sets if args.against else ("agent",)
+    n_ctx = args.n_ctx or max(prompt_set(name).n_ctx for name in sets)
+    info = read_gguf_info(model)
+    trained = info.context_length
     if args.n_ctx is None and trained and n_ctx > trained:
-        progress(f"n_ctx {n_ctx} is beyond the model's training context; using {trained}")
+        progress(f"n_ctx {n_ctx} is beyond the model's training context; using {trained} "
+                 "(give --n-ctx to go beyond it)")
         n_ctx = trained
-    settings = ServerSettings(
-        model=model, n_ctx=n_ctx, threads=args.threads or os.cpu_count() or 1,
-        n_gpu_layers=args.n_gpu_layers,
-        queue_limit=args.queue_limit or max(16, *plan.concurrency))
     name = args.model_name or model.stem
     logs = Path(tempfile.mkdtemp(prefix="lucerna-bench-"))
+    template_file = None
+    if info.chat_template is None:
+        # Lucerna renders chats of a template-less model with its fallback; llama-server
+        # would use ChatML. The same template on both sides: the same prompts.
+        template_file = logs / "fallback-chat-template.jinja"
+        template_file.write_text(FALLBACK_TEMPLATE, encoding="utf-8")
+    settings = server_settings(args, plan, model, n_ctx, template_file)
+    recorded = _settings(
+        args, plan, model=str(model), n_ctx=settings.n_ctx, threads=settings.threads,
+        n_gpu_layers=settings.n_gpu_layers, queue_limit=settings.queue_limit,
+        prompt_cache="on" if settings.prompt_cache else "off",
+        chat_template=("lucerna fallback, both servers" if template_file else "the model's"))
+    started = time.time()
+    runs: list[CaseRun] = []
     servers: list[ServerProcess] = []
+    if not args.against:
+        return _finish(args, runs, [], recorded, started,
+                       _disk_restart(args, settings, name, logs))
     try:
         lucerna_port = free_port()
         servers.append(ServerProcess("lucerna", lucerna_argv(settings, lucerna_port, name),
@@ -244,14 +294,11 @@ def _bench_self_contained(args: argparse.Namespace) -> int:
             server.wait_healthy(args.startup_timeout)
             progress(f"{server.label} is healthy on port {server.port}")
         endpoints = [
-            # llama-server's per-request switch as well as its flag: no prompt cache.
             Endpoint(s.label, s.base_url, name, pid=s.pid,
-                     extra_body={"cache_prompt": False} if s.label == "llama-server" else {})
+                     extra_body=llama_server_body(settings) if s.label == "llama-server"
+                     else {})
             for s in servers
         ]
-        recorded = _settings(
-            args, plan, model=str(model), n_ctx=settings.n_ctx, threads=settings.threads,
-            n_gpu_layers=settings.n_gpu_layers, queue_limit=settings.queue_limit)
         started = time.time()
         runs = trio.run(_run, endpoints, plan, args.api,
                         settings if args.against == "daemon" else None)
@@ -263,7 +310,16 @@ def _bench_self_contained(args: argparse.Namespace) -> int:
         {"label": s.label, "url": s.base_url, "argv": s.argv} for s in servers]
     if args.against == "daemon":
         targets.append({"label": "daemon", "url": None, "argv": None})
-    return _finish(args, runs, targets, recorded, started)
+    restart = _disk_restart(args, settings, name, logs) if args.disk_restart else None
+    return _finish(args, runs, targets, recorded, started, restart)
+
+
+def _disk_restart(args: argparse.Namespace, settings: ServerSettings, name: str,
+                  logs: Path) -> dict[str, Any]:
+    from orchestrator.bench.restart import measure_disk_restart
+
+    return measure_disk_restart(settings, name, logs, max_tokens=args.max_tokens,
+                                startup_timeout=args.startup_timeout, progress=progress)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -272,9 +328,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bool(args.url) == bool(args.model):
         raise SystemExit("lucerna bench: error: give either --url (a running endpoint) or "
                          "--model with --against (start the servers here)")
-    if args.model and not args.against:
+    if args.model and not args.against and not args.disk_restart:
         raise SystemExit("lucerna bench: error: --model needs --against llama-server or "
-                         "--against daemon")
+                         "--against daemon (or --disk-restart)")
+    if args.url and (args.no_cache or args.disk_restart):
+        raise SystemExit("lucerna bench: error: --no-cache and --disk-restart start their "
+                         "own servers: give --model, not --url")
+    if args.against == "daemon" and "agent" in args.sets:
+        raise SystemExit("lucerna bench: error: the agent set is a chat; --against daemon "
+                         "drives the daemon without a chat template")
     if args.max_tokens < 1 or args.repeats < 1 or (args.limit is not None and args.limit < 1):
         raise SystemExit("lucerna bench: error: --max-tokens, --repeats and --limit must be >= 1")
     if args.url:

@@ -4,7 +4,12 @@ Works with any server that streams ``text_completion`` or ``chat.completion.chun
 objects as SSE and ends with ``data: [DONE]``: the usage comes from the chunk that
 carries it (``stream_options.include_usage``), speculative-decoding figures from
 Lucerna's ``usage.speculative`` or llama-server's ``timings.draft_n`` /
-``timings.draft_n_accepted``, whichever is present.
+``timings.draft_n_accepted``, whichever is present; the prompt tokens served from a
+prefix cache from ``usage.prompt_tokens_details.cached_tokens`` (both servers report
+it), else llama-server's ``timings.cache_n``.
+
+A prompt that carries chat messages (the ``agent`` set) always goes to
+``/v1/chat/completions``, as those messages.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import httpx
 from orchestrator.bench.prompts import Prompt
 from orchestrator.bench.stats import RequestTiming
 
-__all__ = ["Endpoint", "request_body", "speculative_figures", "stream_request"]
+__all__ = ["Endpoint", "cached_tokens", "request_body", "speculative_figures", "stream_request"]
 
 Api = Literal["completions", "chat"]
 
@@ -57,7 +62,10 @@ def request_body(endpoint: Endpoint, prompt: Prompt, api: Api, max_tokens: int) 
     }
     if endpoint.model:
         body["model"] = endpoint.model
-    if api == "chat":
+    if prompt.messages is not None:
+        body["messages"] = [{"role": role, "content": content}
+                            for role, content in prompt.messages]
+    elif api == "chat":
         body["messages"] = [{"role": "user", "content": prompt.text}]
     else:
         body["prompt"] = prompt.text
@@ -74,6 +82,17 @@ def _content(chunk: Mapping[str, Any]) -> str:
         return str(choice.get("text") or "")
     delta = choice.get("delta") or {}
     return str(delta.get("content") or delta.get("reasoning_content") or "")
+
+
+def cached_tokens(usage: Mapping[str, Any] | None,
+                  timings: Mapping[str, Any] | None) -> int | None:
+    """Prompt tokens the server took from its cache instead of prefilling them."""
+    details = (usage or {}).get("prompt_tokens_details")
+    if isinstance(details, Mapping) and details.get("cached_tokens") is not None:
+        return int(details["cached_tokens"])
+    if timings and timings.get("cache_n") is not None:
+        return int(timings["cache_n"])
+    return None
 
 
 def speculative_figures(usage: Mapping[str, Any] | None, timings: Mapping[str, Any] | None,
@@ -104,6 +123,8 @@ async def stream_request(
     Never raises for a failed request: the error is recorded in the timing, so one
     refused request (a 503 under load, say) does not end a benchmark.
     """
+    if prompt.messages is not None:
+        api = "chat"
     path = "/chat/completions" if api == "chat" else "/completions"
     body = request_body(endpoint, prompt, api, max_tokens)
     timing = RequestTiming(prompt_id=prompt.id, t_sent=time.perf_counter())
@@ -145,6 +166,7 @@ async def stream_request(
         return timing
     timing.prompt_tokens = usage.get("prompt_tokens")
     timing.completion_tokens = usage.get("completion_tokens")
+    timing.cached_tokens = cached_tokens(usage, timings)
     timing.acceptance_length, timing.speculative = speculative_figures(
         usage, timings, timing.completion_tokens)
     return timing

@@ -41,6 +41,9 @@ class DaemonDriver:
 
     async def run(self, prompt: Prompt, max_tokens: int) -> RequestTiming:
         timing = RequestTiming(prompt_id=prompt.id, t_sent=time.perf_counter())
+        if prompt.messages is not None:
+            timing.error = "chat conversations need the HTTP server's chat template"
+            return timing
         try:
             ids = await self._client.tokenize(prompt.text, special=True)
             tokens: list[int] = []

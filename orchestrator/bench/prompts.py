@@ -14,21 +14,31 @@ and sized by a calibrated tokens-per-sentence figure of the default model's
 tokenizer to land within a few percent of its target; the report always shows the
 real ``prompt_tokens`` the server counted. Targets leave room in a context of the
 set's size (4096, 16384, ...) for a few hundred generated tokens.
+
+``agent``: a coding agent's conversation of eight turns (``agent.py``), each request the
+whole history so far, sent to ``/v1/chat/completions`` whatever ``--api`` says. Its
+turns go in order, at concurrency 1 only; each repeat replays a new conversation (one
+that shares no prefix with the others), and its warm-up is an unrelated short message
+so that nothing of the trace is prefilled before its first turn.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+
+from orchestrator.bench.agent import AGENT_N_CTX, WARMUP_MESSAGES, Messages, agent_conversation
 
 __all__ = [
     "LONG_TARGETS",
     "SET_NAMES",
     "Prompt",
     "PromptSet",
+    "agent_prompts",
     "code_prompts",
     "long_context_prompt",
     "prompt_set",
@@ -39,6 +49,9 @@ __all__ = [
 class Prompt:
     id: str
     text: str
+    messages: Messages | None = None
+    """A chat conversation: sent as these messages to /v1/chat/completions (``text`` is
+    then unused)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,16 @@ class PromptSet:
     prompts: tuple[Prompt, ...]
     n_ctx: int
     """The context size this set is meant to run in (prompt plus generation)."""
+    warmup: Prompt | None = None
+    """The warm-up request's prompt; None: the set's first prompt."""
+    replay: Callable[[int], tuple[Prompt, ...]] | None = None
+    """For a conversation: ``replay(i)`` is its i-th replay (``prompts`` is the first).
+    Its prompts are turns that build on each other: they run in order, once per repeat,
+    at concurrency 1 only."""
+
+    @property
+    def warmup_prompt(self) -> Prompt:
+        return self.warmup or self.prompts[0]
 
 
 # Prompt tokens per set, and the context each is meant to fit.
@@ -57,7 +80,7 @@ LONG_TARGETS: dict[str, tuple[int, int]] = {
     "long-64k": (64_000, 65_536),
     "long-128k": (128_000, 131_072),
 }
-SET_NAMES = ("code", *LONG_TARGETS)
+SET_NAMES = ("code", *LONG_TARGETS, "agent")
 _CODE_N_CTX = 4_096
 
 # Tokens per generated sentence (its share of the "Day N." headings included) under
@@ -141,10 +164,20 @@ def long_context_prompt(target_tokens: int, *, seed: str = "lucerna-bench") -> s
     return _PREAMBLE + "\n\n".join(paragraphs) + _QUESTION
 
 
+def agent_prompts(conversation: int = 1) -> tuple[Prompt, ...]:
+    """The turns of the ``agent`` set's ``conversation``-th replay, with ids
+    ``c<conversation>.t<turn>``."""
+    return tuple(Prompt(f"c{conversation}.t{turn}", "", messages)
+                 for turn, messages in enumerate(agent_conversation(conversation), 1))
+
+
 def prompt_set(name: str) -> PromptSet:
     """The prompt set called ``name`` (one of ``SET_NAMES``)."""
     if name == "code":
         return PromptSet(name, code_prompts(), _CODE_N_CTX)
+    if name == "agent":
+        return PromptSet(name, agent_prompts(1), AGENT_N_CTX,
+                         warmup=Prompt("warm-up", "", WARMUP_MESSAGES), replay=agent_prompts)
     if name in LONG_TARGETS:
         target, n_ctx = LONG_TARGETS[name]
         return PromptSet(name, (Prompt(name, long_context_prompt(target)),), n_ctx)

@@ -7,7 +7,9 @@ baseline per metric, with the direction that is better named in the header. Next
 to the ratios of the medians come the medians of the per-pair ratios (each
 request and its counterpart on the other target ran back to back, so they saw
 the same load on the machine; concurrency 1 only), and the share of prompts both
-answered alike.
+answered alike. A conversation set (``agent``) adds a table per conversation: each
+turn's TTFT, prompt and cached tokens per target (``turns``); ``--disk-restart`` adds
+the restart measurement (``restart``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.bench.restart import disk_restart_table
 from orchestrator.bench.runner import CaseRun
-from orchestrator.bench.stats import RequestTiming, percentile
+from orchestrator.bench.stats import QUIET_SHARE, RequestTiming, percentile
+from orchestrator.bench.turns import conversation_figures, conversation_tables
 
 __all__ = [
     "QUIET_SHARE",
@@ -30,10 +34,6 @@ __all__ = [
     "ratios",
     "write_json",
 ]
-
-# A request ran undisturbed when other programs took less than this share of the
-# machine's CPU meanwhile (10% of two cores is a fifth of one).
-QUIET_SHARE = 0.10
 
 # (summary field, column title, the better direction)
 RATIO_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -136,6 +136,8 @@ def bench_document(runs: Sequence[CaseRun], *, targets: Sequence[Mapping[str, An
     labels = [t["label"] for t in targets]
     if len(labels) == 2:
         doc["ratios"] = ratios(runs, labels[0], labels[1])
+    if conversations := conversation_figures(doc["runs"], labels):
+        doc["conversations"] = conversations
     return doc
 
 
@@ -183,7 +185,7 @@ def markdown_tables(doc: Mapping[str, Any]) -> str:
             f"| {_num(s['acceptance_length_mean'], 2)} | {_num(s['throughput_tps'])} "
             f"| {_ms(probe.get('health_p99_s'))} | {_mib(probe.get('rss_max_bytes'))} "
             f"| {_cpu(run.get('cpu_ms_per_token'))} | {_share(others)} |")
-    out = "\n".join(lines)
+    out = "\n".join(lines) if doc["runs"] else ""
     rows = doc.get("ratios") or []
     if rows:
         header = " | ".join(f"{title} ({better} is better)" for _, title, better in RATIO_METRICS)
@@ -206,7 +208,10 @@ def markdown_tables(doc: Mapping[str, Any]) -> str:
                 f"| {_num(paired.get('quiet_ttft_s_ratio_p50'), 3)} "
                 f"| {counts} | {_num(row['same_output'], 2)} |")
         out += "\n" + "\n".join(ratio_lines)
-    return out + "\n"
+    out += "\n" + conversation_tables(doc.get("conversations") or [])
+    if doc.get("disk_restart"):
+        out += disk_restart_table(doc["disk_restart"])
+    return out
 
 
 def write_json(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> None:

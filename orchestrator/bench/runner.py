@@ -12,7 +12,11 @@ daemon protocol without the HTTP server). For every prompt set and concurrency:
   requests (the set's prompts, cycled to at least N), while a separate probe
   process (``probe.py``) samples its ``/health`` latency and process-tree memory.
 
-Every target first gets one short warm-up request that is not recorded.
+Every target first gets one short warm-up request that is not recorded (for the
+``agent`` set an unrelated message, so that no prompt cache holds any of the trace).
+
+A conversation set (``agent``) runs at concurrency 1 only, its turns in order, each
+turn A B or B A like any other request; each repeat replays a new conversation.
 """
 
 from __future__ import annotations
@@ -288,16 +292,25 @@ async def run_bench(drivers: Sequence[Driver], plan: BenchPlan,
                     progress: Progress = lambda message: None) -> list[CaseRun]:
     """Run every (set, concurrency) case of ``plan`` on every driver."""
     if plan.warmup:
-        first = prompt_set(plan.sets[0]).prompts[0]
+        first = prompt_set(plan.sets[0]).warmup_prompt
         for driver in drivers:
             timing = await driver.run(first, min(plan.max_tokens, _WARMUP_TOKENS))
             progress(f"warm-up {_describe(driver.label, timing)}")
     runs: list[CaseRun] = []
     for set_name in plan.sets:
         prompts = prompt_set(set_name).prompts[:plan.limit]
+        replay = prompt_set(set_name).replay
         for workers in plan.concurrency:
+            if replay is not None and workers > 1:
+                progress(f"{set_name}, concurrency {workers}: skipped (a conversation's turns "
+                         "build on each other; it runs at concurrency 1 only)")
+                continue
             progress(f"{set_name}, concurrency {workers}:")
-            requests = _requests(prompts, plan.repeats, workers)
+            if replay is not None:
+                requests = [turn for i in range(1, plan.repeats + 1)
+                            for turn in replay(i)[:plan.limit]]
+            else:
+                requests = _requests(prompts, plan.repeats, workers)
             if workers == 1:
                 runs += await _sequential(drivers, set_name, requests, plan, progress)
             else:

@@ -11,10 +11,21 @@ Lucerna's daemon creates its context with the engine's defaults
 llama-server's defaults differ in places that change speed or memory, so each is
 set explicitly: batch and micro-batch, threads and batch threads, one slot, the
 full-size SWA cache (the engine default, not llama-server's), f16 KV, flash
-attention ``auto``, no fitting of unset parameters to free memory (it may shrink
-the context), and no prompt cache (Lucerna has none yet: with one, llama-server
-would answer a repeated prompt without prefilling it, which measures a different
-feature). Sampling is made equal per request (``temperature: 0``, greedy).
+attention ``auto``, and no fitting of unset parameters to free memory (it may shrink
+the context). Sampling is made equal per request (``temperature: 0``, greedy).
+
+Prompt caches are compared as users run them: by default both servers keep theirs on
+with their own defaults (Lucerna's prefix cache, whose RAM budget is a quarter of
+available memory; llama-server's ``cache_prompt`` with its checkpoints and its 8 GiB
+``--cache-ram``). ``ServerSettings.prompt_cache = False`` turns both off (Lucerna
+``--cache-ram 0``; llama-server ``--no-cache-prompt --cache-ram 0``, and every request
+says ``cache_prompt: false`` too, see ``llama_server_body``), so that every request
+prefills from its first token: the fair footing for single-request prefill and decode
+figures.
+
+A model without a chat template of its own (the embedded gemma3-270m) is given
+Lucerna's fallback template on both sides: llama-server would otherwise use ChatML, and
+the two servers would prefill different prompts.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ __all__ = [
     "ServerSettings",
     "free_port",
     "llama_server_argv",
+    "llama_server_body",
     "lucerna_argv",
 ]
 
@@ -65,6 +77,12 @@ class ServerSettings:
     n_gpu_layers: int | None = None
     """None: all layers (both servers' default on a GPU build)."""
     queue_limit: int = 16
+    prompt_cache: bool = True
+    """Both servers' prompt caches on (their defaults) or both off."""
+    kv_cache_dir: Path | None = None
+    """Lucerna's disk tier (``--kv-cache-dir``); llama-server has none to match."""
+    chat_template_file: Path | None = None
+    """A Jinja chat template for llama-server, when the model has none of its own."""
 
 
 def free_port() -> int:
@@ -80,6 +98,10 @@ def lucerna_argv(settings: ServerSettings, port: int, model_name: str) -> list[s
             "--queue-limit", str(settings.queue_limit)]
     if settings.n_gpu_layers is not None:
         argv += ["--n-gpu-layers", str(settings.n_gpu_layers)]
+    if not settings.prompt_cache:
+        argv += ["--cache-ram", "0"]
+    if settings.kv_cache_dir is not None:
+        argv += ["--kv-cache-dir", str(settings.kv_cache_dir)]
     return argv
 
 
@@ -87,7 +109,7 @@ def llama_server_argv(binary: Path, settings: ServerSettings, port: int,
                       model_name: str) -> list[str]:
     batch = str(min(settings.n_ctx, DAEMON_CHUNK))
     ngl = settings.n_gpu_layers
-    return [
+    argv = [
         str(binary), "--model", str(settings.model), "--alias", model_name,
         "--host", "127.0.0.1", "--port", str(port),
         "--ctx-size", str(settings.n_ctx), "--parallel", "1",
@@ -96,9 +118,19 @@ def llama_server_argv(binary: Path, settings: ServerSettings, port: int,
         "--n-gpu-layers", "all" if ngl is None or ngl < 0 else str(ngl),
         "--cache-type-k", "f16", "--cache-type-v", "f16", "--flash-attn", "auto",
         "--swa-full", "--fit", "off",
-        "--no-cache-prompt", "--cache-ram", "0",
-        "--no-webui",
     ]
+    if not settings.prompt_cache:
+        argv += ["--no-cache-prompt", "--cache-ram", "0"]
+    if settings.chat_template_file is not None:
+        argv += ["--chat-template-file", str(settings.chat_template_file)]
+    return [*argv, "--no-webui"]
+
+
+def llama_server_body(settings: ServerSettings) -> dict[str, object]:
+    """What every request to llama-server carries besides the prompt: with the cache off,
+    its per-request switch as well as the flag (the figures before issue 12 were made so;
+    the pinned server's per-request default follows the flag)."""
+    return {} if settings.prompt_cache else {"cache_prompt": False}
 
 
 def _die_with_parent() -> None:

@@ -20,7 +20,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["RequestTiming", "Summary", "percentile", "summarize"]
+__all__ = ["QUIET_SHARE", "RequestTiming", "Summary", "percentile", "summarize"]
+
+# A request ran undisturbed when other programs took less than this share of the
+# machine's CPU meanwhile (10% of two cores is a fifth of one).
+QUIET_SHARE = 0.10
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -57,6 +61,8 @@ class RequestTiming:
     """The output, to check that targets given the same prompt did the same work."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Prompt tokens the server reused from its prefix cache (None: not reported)."""
     finish_reason: str | None = None
     acceptance_length: float | None = None
     speculative: dict[str, Any] | None = None
@@ -105,6 +111,7 @@ class RequestTiming:
             "n_outputs": len(self.output_times),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
             "finish_reason": self.finish_reason,
             "text": self.text,
             "acceptance_length": self.acceptance_length,
