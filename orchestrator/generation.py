@@ -35,7 +35,7 @@ from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S, KeepAlive, Keep
 from orchestrator.models import ServedModel
 from orchestrator.scheduler import watch_disconnect
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
-from protocol import GenerateSummary, SamplingParams
+from protocol import GenerateSummary, PieceTable, SamplingParams, TokenLogprobs
 
 __all__ = [
     "MAX_RECOVERIES",
@@ -47,6 +47,7 @@ __all__ = [
     "OutputParser",
     "Speculation",
     "TextDelta",
+    "TokenLogprob",
     "ToolCall",
     "cap_ends_turn",
     "chat_prompt",
@@ -72,6 +73,18 @@ class ToolCall:
     id: str
     name: str
     arguments: str  # a JSON object, as text
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability and its most likely alternatives'
+    (PROTOCOL.md 5.1), yielded before the text that token makes, only for a request
+    that asked for them (``GenerationRequest.logprobs``). Tokens are their piece bytes
+    as the model renders them; the dialects shape them as OpenAI does."""
+
+    token: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...]
 
 
 @dataclass(frozen=True)
@@ -111,7 +124,7 @@ class Finished:
     cached_tokens: int = 0
 
 
-Event = TextDelta | ToolCall | Finished
+Event = TextDelta | ToolCall | TokenLogprob | Finished
 
 
 class OutputParser(Protocol):
@@ -152,6 +165,9 @@ class GenerationRequest:
     # Positions in ``prompt`` where a chat message ends (``chat_prompt``): the prefill
     # splits there and the prefix cache keeps state there.
     marks: tuple[int, ...] = ()
+    # K: yield a TokenLogprob with the K most likely alternatives before each token's
+    # text (0: the chosen token's alone); None: none.
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +302,10 @@ async def generate_events(
     """
     if model.prefill is not None and model.prefill.upstream is not None:
         # PFlash proxy mode (orchestrator/prefill): an upstream server generates, no daemon.
+        if request.logprobs is not None:
+            raise BadRequestError(f"model {model.name!r} is served by an upstream server "
+                                  "(PFlash proxy mode), which gives no logprobs",
+                                  param="logprobs")
         on_started()
         async with aclosing(model.prefill.upstream_events(model, request)) as upstream:
             async for event in upstream:
@@ -321,10 +341,13 @@ async def generate_events(
                     grammar=request.grammar,
                     json_schema=request.json_schema,
                     snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
+                    logprobs=request.logprobs,
                 ) as stream:
                     on_started()
                     async for token in stream:
                         generated.append(token)
+                        if stream.logprobs is not None:
+                            yield _token_logprob(pieces, stream.logprobs)
                         for event in visible(stops.feed(detokenizer.feed(token))):
                             saw_tool_call |= isinstance(event, ToolCall)
                             model.observe(event)
@@ -390,6 +413,11 @@ async def generate_events(
     )
     model.observe(finished)
     yield finished
+
+
+def _token_logprob(pieces: PieceTable, record: TokenLogprobs) -> TokenLogprob:
+    return TokenLogprob(pieces.pieces[record.token], record.logprob,
+                        tuple((pieces.pieces[alt], logprob) for alt, logprob in record.top))
 
 
 def _speculation(summary: GenerateSummary | None) -> Speculation | None:

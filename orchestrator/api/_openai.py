@@ -21,7 +21,7 @@ from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import as_request_error
 from orchestrator.api._http import sse
 from orchestrator.errors import RequestError
-from orchestrator.generation import Event, Finished, TextDelta, ToolCall
+from orchestrator.generation import Event, Finished, TextDelta, TokenLogprob, ToolCall
 from orchestrator.keepalive import KeepAlive
 
 __all__ = ["KEEPALIVE_COMMENT", "OpenAIEnvelope", "include_usage", "openai_usage"]
@@ -79,7 +79,7 @@ class OpenAIEnvelope:
         self,
         kind: str,
         events: AsyncIterator[Event | KeepAlive],
-        choices: Callable[[TextDelta | ToolCall], Iterable[dict[str, Any]]],
+        choices: Callable[[TextDelta | ToolCall | TokenLogprob], Iterable[dict[str, Any]]],
         last: Callable[[Finished], dict[str, Any]],
         first: dict[str, Any] | None = None,
     ) -> AsyncGenerator[bytes, None]:

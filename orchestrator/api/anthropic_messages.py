@@ -238,7 +238,7 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
                                           "partial_json": event.arguments})
                         yield emit("content_block_stop", index=index)
                         index += 1
-                    else:
+                    elif isinstance(event, Finished):  # logprobs are never asked for here
                         yield emit("message_delta",
                                    delta={"stop_reason": _stop_reason(event),
                                           "stop_sequence": event.stop_string},

@@ -15,6 +15,7 @@ and ``name`` appear only in the first (§0.2).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import chat_generation, new_id
 from orchestrator.api._http import read_json_body
+from orchestrator.api._logprobs import chat_entry, chat_logprobs
 from orchestrator.api._openai import OpenAIEnvelope, include_usage
 from orchestrator.api._tool_fields import read_response_format, read_tool_choice, read_tools
 from orchestrator.errors import BadRequestError
@@ -34,6 +36,7 @@ from orchestrator.generation import (
     Finished,
     GenerationRequest,
     TextDelta,
+    TokenLogprob,
     ToolCall,
     run_generation,
 )
@@ -52,6 +55,7 @@ class ChatRequest:
     messages: list[dict[str, Any]]
     include_usage: bool
     output: OutputPlan
+    logprobs: int | None = None  # top_logprobs when logprobs: true
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -85,6 +89,7 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
         output=plan_output(read_tools(body, "chat"), read_tool_choice(body, "chat"),
                            read_response_format(body.get("response_format"),
                                                 "response_format")),
+        logprobs=chat_logprobs(body),
     )
 
 
@@ -104,8 +109,11 @@ def _deltas(event: TextDelta | ToolCall, indices: Iterator[int]) -> list[dict[st
     ]
 
 
-def _choice(finish_reason: str | None, **content: Any) -> dict[str, Any]:
-    return {"index": 0, **content, "logprobs": None, "finish_reason": finish_reason}
+def _choice(finish_reason: str | None, logprobs: list[TokenLogprob] | None = None,
+            **content: Any) -> dict[str, Any]:
+    shown = None if logprobs is None else {"content": [chat_entry(lp) for lp in logprobs],
+                                           "refusal": None}
+    return {"index": 0, **content, "logprobs": shown, "finish_reason": finish_reason}
 
 
 async def chat_completions(request: Request, registry: ModelRegistry) -> Response:
@@ -114,7 +122,8 @@ async def chat_completions(request: Request, registry: ModelRegistry) -> Respons
     envelope = OpenAIEnvelope(new_id("chatcmpl-"), model.name, chat.include_usage)
 
     async def build() -> GenerationRequest:
-        return await chat_generation(model, chat.messages, chat.output, chat.basics)
+        generation = await chat_generation(model, chat.messages, chat.output, chat.basics)
+        return dataclasses.replace(generation, logprobs=chat.logprobs)
 
     def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
         text = "".join(e.text for e in events if isinstance(e, TextDelta))
@@ -123,16 +132,35 @@ async def chat_completions(request: Request, registry: ModelRegistry) -> Respons
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:  # a reply that is only calls has null content, as OpenAI's
             message.update(content=text or None, tool_calls=calls)
+        logprobs = (None if chat.logprobs is None
+                    else [e for e in events if isinstance(e, TokenLogprob)])
         return JSONResponse(envelope.body(
-            "chat.completion", [_choice(finished.finish_reason, message=message)], finished))
+            "chat.completion", [_choice(finished.finish_reason, logprobs, message=message)],
+            finished))
 
     def to_sse(generation: GenerationRequest,
                events: AsyncIterator[Event | KeepAlive]) -> AsyncGenerator[bytes, None]:
         indices = itertools.count()  # tool calls are numbered across the whole reply
+        pending: list[TokenLogprob] = []  # tokens whose text has not gone out yet
+
+        def taken() -> list[TokenLogprob] | None:
+            if chat.logprobs is None:
+                return None
+            out = pending.copy()
+            pending.clear()
+            return out
+
+        def choices(event: TextDelta | ToolCall | TokenLogprob) -> list[dict[str, Any]]:
+            if isinstance(event, TokenLogprob):
+                pending.append(event)
+                return []
+            return [_choice(None, taken() if i == 0 else None, delta=d)
+                    for i, d in enumerate(_deltas(event, indices))]
+
         return envelope.stream(
             "chat.completion.chunk", events,
-            choices=lambda event: [_choice(None, delta=d) for d in _deltas(event, indices)],
-            last=lambda finished: _choice(finished.finish_reason, delta={}),
+            choices=choices,
+            last=lambda finished: _choice(finished.finish_reason, taken() or None, delta={}),
             first=_choice(None, delta={"role": "assistant", "content": ""}),
         )
 

@@ -5,8 +5,10 @@ nothing of a template applies (its stop strings included). ``text_completion``
 objects carry one choice; streamed chunks are the same object with the new text,
 the last one has the ``finish_reason``, then the usage chunk (``choices: []``,
 only with ``stream_options.include_usage``) and ``data: [DONE]``. As in the spec,
-``max_tokens`` defaults to 16. ``echo``, ``logprobs``, ``suffix`` and ``best_of``
-beyond 1 are refused rather than silently ignored.
+``max_tokens`` defaults to 16. ``echo`` repeats the prompt before the completion (in
+the first chunk when streamed); ``logprobs`` (api/_logprobs.py) gives the completion's
+tokens' log-probabilities, but not with ``echo`` (the prompt's are not computed).
+``suffix`` and ``best_of`` beyond 1 are refused rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import new_id
 from orchestrator.api._http import read_json_body
+from orchestrator.api._logprobs import completions_block, completions_logprobs
 from orchestrator.api._openai import OpenAIEnvelope, include_usage
 from orchestrator.errors import BadRequestError
 from orchestrator.generation import (
@@ -29,6 +32,7 @@ from orchestrator.generation import (
     Finished,
     GenerationRequest,
     TextDelta,
+    TokenLogprob,
     run_generation,
     tokenize_text,
 )
@@ -45,6 +49,8 @@ class CompletionRequest:
     basics: fields.Basics
     prompt: str | list[int]
     include_usage: bool
+    logprobs: int | None = None
+    echo: bool = False
 
 
 def _prompt(body: Mapping[str, Any]) -> str | list[int]:
@@ -69,15 +75,15 @@ def _refuse(body: Mapping[str, Any], key: str, allowed: tuple[Any, ...], why: st
 
 
 def parse_completion_request(body: Mapping[str, Any]) -> CompletionRequest:
-    _refuse(body, "echo", (None, False), "the prompt is not repeated in the output")
-    _refuse(body, "logprobs", (None,), "log-probabilities are not reported")
     _refuse(body, "suffix", (None, ""), "this server does not insert text")
     _refuse(body, "best_of", (None, 1), "only one completion is generated")
     _refuse(body, "n", (None, 1), "only one completion is generated")
     basics = fields.basics(body)
     if basics.max_tokens is None:
         basics = dataclasses.replace(basics, max_tokens=_DEFAULT_MAX_TOKENS)
-    return CompletionRequest(basics, _prompt(body), include_usage(body, basics.stream))
+    return CompletionRequest(basics, _prompt(body), include_usage(body, basics.stream),
+                             logprobs=completions_logprobs(body),
+                             echo=fields.boolean(body, "echo"))
 
 
 async def _prompt_ids(model: ServedModel, prompt: str | list[int]) -> list[int]:
@@ -91,8 +97,16 @@ async def _prompt_ids(model: ServedModel, prompt: str | list[int]) -> list[int]:
     return list(prompt)
 
 
-def _choice(text: str, finish_reason: str | None) -> dict[str, Any]:
-    return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
+def _choice(text: str, finish_reason: str | None,
+            logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+async def _echo_text(model: ServedModel, prompt: str | list[int]) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    _, pieces, _ = await model.ready_parts()
+    return b"".join(pieces.pieces[t] for t in prompt).decode("utf-8", errors="replace")
 
 
 async def completions(request: Request, registry: ModelRegistry) -> Response:
@@ -100,26 +114,52 @@ async def completions(request: Request, registry: ModelRegistry) -> Response:
     model = registry.get(parsed.basics.model)
     envelope = OpenAIEnvelope(new_id("cmpl-"), model.name, parsed.include_usage)
 
+    echoed = ""
+
     async def build() -> GenerationRequest:
+        nonlocal echoed
         prompt = await _prompt_ids(model, parsed.prompt)
+        echoed = await _echo_text(model, parsed.prompt) if parsed.echo else ""
         basics = parsed.basics
         return GenerationRequest(prompt, basics.max_tokens, basics.sampling, basics.stop,
-                                 template_stops=False)
+                                 template_stops=False, logprobs=parsed.logprobs)
 
     def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
         text = "".join(e.text for e in events if isinstance(e, TextDelta))
         finished = next(e for e in events if isinstance(e, Finished))
+        logprobs = None if parsed.logprobs is None else completions_block(
+            [e for e in events if isinstance(e, TokenLogprob)], 0)
         return JSONResponse(envelope.body(
-            "text_completion", [_choice(text, finished.finish_reason)], finished))
+            "text_completion", [_choice(echoed + text, finished.finish_reason, logprobs)],
+            finished))
 
     def to_sse(generation: GenerationRequest,
                events: AsyncIterator[Event | KeepAlive]) -> AsyncGenerator[bytes, None]:
+        pending: list[TokenLogprob] = []
+        offset = 0  # where the next token's text starts in the completion
+
+        def block() -> dict[str, Any] | None:
+            nonlocal offset
+            if parsed.logprobs is None:
+                return None
+            shown = completions_block(pending, offset)
+            offset += sum(len(token) for token in shown["tokens"])
+            pending.clear()
+            return shown
+
+        def choices(event: object) -> list[dict[str, Any]]:
+            # Tool calls never occur here: a raw prompt has no tools and no parser.
+            if isinstance(event, TokenLogprob):
+                pending.append(event)
+                return []
+            return [_choice(event.text, None, block())] if isinstance(event, TextDelta) else []
+
         return envelope.stream(
             "text_completion", events,
-            # Tool calls never occur here: a raw prompt has no tools and no parser.
-            choices=lambda event: [_choice(event.text, None)] if isinstance(event, TextDelta)
-            else [],
-            last=lambda finished: _choice("", finished.finish_reason),
+            choices=choices,
+            last=lambda finished: _choice("", finished.finish_reason,
+                                          block() if pending else None),
+            first=_choice(echoed, None) if parsed.echo else None,
         )
 
     return await run_generation(request, model, build, stream=parsed.basics.stream, to_sse=to_sse,

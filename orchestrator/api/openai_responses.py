@@ -18,6 +18,7 @@ event with a strictly increasing ``sequence_number``: ``response.created``,
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
@@ -31,6 +32,7 @@ from daemons.errors import DaemonsError
 from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import as_request_error, chat_generation, new_id
 from orchestrator.api._http import read_json_body, sse
+from orchestrator.api._logprobs import chat_entry, responses_logprobs
 from orchestrator.api._tool_fields import read_response_format, read_tool_choice, read_tools
 from orchestrator.errors import BadRequestError, RequestError
 from orchestrator.generation import (
@@ -38,6 +40,7 @@ from orchestrator.generation import (
     Finished,
     GenerationRequest,
     TextDelta,
+    TokenLogprob,
     ToolCall,
     run_generation,
 )
@@ -57,6 +60,8 @@ class ResponsesRequest:
     basics: fields.Basics
     messages: list[dict[str, Any]]
     output: OutputPlan
+    # include: ["message.output_text.logprobs"]: top_logprobs alternatives per token.
+    logprobs: int | None = None
 
 
 def _input_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -118,6 +123,7 @@ def parse_responses_request(body: Mapping[str, Any]) -> ResponsesRequest:
         messages=_input_messages(body),
         output=plan_output(read_tools(body, "responses"), read_tool_choice(body, "responses"),
                            read_response_format(text.get("format"), "text.format")),
+        logprobs=responses_logprobs(body),
     )
 
 
@@ -133,6 +139,12 @@ class _Output:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _message_id: str | None = None  # the message item being written, if one is open
     _text: str = ""
+    # Logprobs of tokens whose text has not been noted yet, and of the open message.
+    _pending: list[dict[str, Any]] = field(default_factory=list)
+    _logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+    def logprob(self, logprob: TokenLogprob) -> None:
+        self._pending.append(chat_entry(logprob))
 
     def _note(self, kind: str, **payload: Any) -> None:
         self.events.append((kind, payload))
@@ -153,8 +165,10 @@ class _Output:
             self._note("response.content_part.added", **self._part_ref(),
                        part=_output_text(""))
         self._text += delta.text
+        self._logprobs += self._pending
         self._note("response.output_text.delta", **self._part_ref(), delta=delta.text,
-                   logprobs=[])
+                   logprobs=self._pending)
+        self._pending = []
 
     def call(self, call: ToolCall) -> None:
         self.close()
@@ -173,9 +187,12 @@ class _Output:
         """End the open message item, if any (``incomplete`` when cut by the token limit)."""
         if self._message_id is None:
             return
-        part = _output_text(self._text)
+        self._logprobs += self._pending  # held-back text that never showed
+        self._pending = []
+        part = _output_text(self._text, self._logprobs)
         self._note("response.output_text.done", **self._part_ref(), text=self._text,
-                   logprobs=[])
+                   logprobs=self._logprobs)
+        self._logprobs = []
         self._note("response.content_part.done", **self._part_ref(), part=part)
         done = self._message(status, [part])
         self._note("response.output_item.done", output_index=len(self.items), item=done)
@@ -183,8 +200,8 @@ class _Output:
         self._message_id = None
 
 
-def _output_text(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _output_text(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def _usage(finished: Finished) -> dict[str, Any]:
@@ -240,7 +257,8 @@ async def responses(request: Request, registry: ModelRegistry) -> Response:
         return "incomplete" if finished.finish_reason == "length" else "completed"
 
     async def build() -> GenerationRequest:
-        return await chat_generation(model, parsed.messages, parsed.output, parsed.basics)
+        generation = await chat_generation(model, parsed.messages, parsed.output, parsed.basics)
+        return dataclasses.replace(generation, logprobs=parsed.logprobs)
 
     def collect(events: list[Event], output: _Output) -> Finished | None:
         finished = None
@@ -249,6 +267,8 @@ async def responses(request: Request, registry: ModelRegistry) -> Response:
                 output.text(event)
             elif isinstance(event, ToolCall):
                 output.call(event)
+            elif isinstance(event, TokenLogprob):
+                output.logprob(event)
             else:
                 finished = event
                 output.close("incomplete" if event.finish_reason == "length" else "completed")

@@ -59,8 +59,9 @@ def test_token_id_prompt(server) -> None:  # type: ignore[no-untyped-def]
     ({"prompt": ""}, "prompt"),
     ({"prompt": ["one", "two"]}, "prompt"),
     ({"prompt": [1 << 40]}, "prompt"),
-    ({"echo": True}, "echo"),
-    ({"logprobs": 2}, "logprobs"),
+    ({"echo": True, "logprobs": 2}, "echo"),  # the prompt's logprobs are not computed
+    ({"logprobs": 21}, "logprobs"),
+    ({"logprobs": -1}, "logprobs"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"temperature": "hot"}, "temperature"),
     ({"stop": [1, 2]}, "stop"),
