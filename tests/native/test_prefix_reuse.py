@@ -140,7 +140,7 @@ def test_snapshot_files_round_trip_and_refuse_what_is_not_theirs(
     target.command("free_snapshot 6")
     wait_for(path)
     assert int(saved["bytes"]) == path.stat().st_size > 0
-    assert not list(tmp_path.glob("*.tmp.*"))
+    assert not list(tmp_path.glob("*.tmp-*"))
     loaded = target.ok(target.command(f"load_slot 7 {path}"), "load_slot")
     assert (loaded["slot"], loaded["n_tokens"]) == ("7", "40")
     generate(target, conversation(12, 20), 1)  # the live sequence is something else

@@ -361,6 +361,6 @@ async def test_a_request_while_a_snapshot_is_written(
         # The system prompt's snapshot, and the first conversation, saved when the second
         # replaced it: each file whole, none left half-written.
         files = list(tmp_path.glob("*/*.lsnap"))
-        assert not list(tmp_path.glob("*/*.tmp.*"))
+        assert not list(tmp_path.glob("*/*.tmp-*"))
         loaded = {(await client.load_slot(7, path)).n_tokens for path in files}
         assert loaded == {64, 80 + 6 - 1}

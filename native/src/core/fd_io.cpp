@@ -1,5 +1,6 @@
 #include "core/fd_io.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,21 +26,29 @@ bool write_all(int fd, const void * data, size_t size) {
     return true;
 }
 
-bool write_file_atomically(const std::string & path, const std::string & bytes) {
+bool write_file_atomically(const std::string & path, const std::vector<ByteRange> & parts, bool durable) {
     // The one place a command's output path meets the OS (see c_string_value).
     c_string_value(path, ErrorCode::kBadArgs, "output path");
     const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-    FILE * file = std::fopen(tmp.c_str(), "wb");
-    if (file == nullptr) {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
         return false;
     }
-    const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
-    const bool closed = std::fclose(file) == 0;
-    if (!written || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    bool ok = true;
+    for (const ByteRange & part : parts) {
+        ok = ok && write_all(fd, part.data, part.size);
+    }
+    ok = ok && (!durable || ::fsync(fd) == 0);
+    ok = ::close(fd) == 0 && ok;
+    if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
         std::remove(tmp.c_str());
         return false;
     }
     return true;
+}
+
+bool write_file_atomically(const std::string & path, const std::string & bytes) {
+    return write_file_atomically(path, {{bytes.data(), bytes.size()}});
 }
 
 }  // namespace lucerna
