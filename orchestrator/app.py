@@ -15,6 +15,7 @@ from starlette.routing import Route
 from daemons.errors import DaemonsError
 from orchestrator.api import (
     anthropic_messages,
+    embeddings,
     model_info,
     openai_chat,
     openai_completions,
@@ -103,6 +104,7 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
             Route("/v1/models/{model_id:path}", model, methods=["GET"]),
             dialect("/tokenize", tokenization.tokenize),
             dialect("/detokenize", tokenization.detokenize),
+            dialect("/v1/embeddings", embeddings.embeddings),
             Route("/props", props, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             *metrics.routes(),

@@ -91,7 +91,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         restart_max_failures=args.restart_max_failures, draft=args.draft,
         cache_ram_mib=args.cache_ram_mib, kv_cache_dir=args.kv_cache_dir,
         kv_cache_dir_mib=args.kv_cache_dir_mib,
-        prefill=prefill_overrides(args),
+        prefill=prefill_overrides(args), embeddings=args.embeddings,
     ))
     server = config.server
     if server.log_level and not args.log_level_given:
@@ -262,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "non-zero (default 5)")
     serve.add_argument("--draft", help="DFlash draft GGUF for speculative decoding (qwen35 "
                        "daemon); every generation then drafts and verifies")
+    serve.add_argument("--embeddings", nargs="?", const="mean", choices=("mean", "last"),
+                       help="serve POST /v1/embeddings: each input's hidden states pooled "
+                       "(mean, the default, or last token); off without the flag")
     serve.add_argument("--cache-ram", type=int, dest="cache_ram_mib", metavar="MIB",
                        help="host RAM for the prefix cache, shared by the models (default: a "
                        "quarter of available memory, at most 8192; 0: no prefix cache)")

@@ -22,7 +22,8 @@ The schema (configs/lucerna.toml is a commented example)::
     n_gpu_layers, chunk, slots, draft, draft_block_size, extra_args, launcher, env, queue_limit,
     max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
     max_delay_s, healthy_after_s}, load ("boot" | "on_demand"), idle ("10m": park
-    or stop it after that long unused), idle_action ("park" | "stop"), group
+    or stop it after that long unused), idle_action ("park" | "stop"), group,
+    embeddings ("mean" | "last": serve POST /v1/embeddings with that pooling)
 
     [models.prefill]              PFlash compression / proxy mode; see
                                   orchestrator/prefill/_settings.py for the keys
@@ -153,6 +154,9 @@ class ModelSettings:
     idle_action: str = "park"
     group: str = "default"
     """Models of one group share a device and its ``group_memory_mib`` budget."""
+    embeddings: str | None = None
+    """``mean`` or ``last``: ``POST /v1/embeddings`` pools this model's hidden states so
+    (PROTOCOL.md 5.11); None: the model serves no embeddings."""
 
 
 @dataclass(frozen=True)
@@ -448,6 +452,11 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
                           'write "park" (release memory, keep the process and its caches) '
                           'or "stop" (end the daemon)')
     group = table.string("group", 'name the group of models that share a device, e.g. "gpu0"')
+    embeddings = table.string("embeddings", 'write embeddings = "mean" or "last"')
+    if embeddings is not None and embeddings not in EMBEDDING_POOLING:
+        raise table.error("embeddings", f"unknown pooling {embeddings!r}",
+                          'write "mean" (the mean of the hidden states) or "last" (the last '
+                          "token's), or leave it out to serve no embeddings")
     restart_data = table.table("restart", "write restart = { max_failures = 5 }")
     restart = _restart_policy(_Table(restart_data or {}, f"{table.where}.restart",
                                      table.source))
@@ -476,10 +485,12 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
         idle_s=idle_s,
         idle_action=idle_action or defaults.idle_action,
         group=group or defaults.group,
+        embeddings=embeddings,
     )
 
 
 LOAD_MODES = ("boot", "on_demand")
+EMBEDDING_POOLING = ("mean", "last")
 IDLE_ACTIONS = ("park", "stop")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -586,6 +597,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                                      pflash_executable=native.binary("pflash"),
                                      restart=settings.restart),
             prefix_cache=PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS),
+            embeddings=settings.embeddings,
         ))
     return served
 
@@ -661,6 +673,8 @@ class Overrides:
     kv_cache_dir_mib: int | None = None
     prefill: PrefillOverrides = field(default_factory=PrefillOverrides)
     """The ``--prefill-*`` flags (PFlash); they apply to every model served."""
+    embeddings: str | None = None
+    """``--embeddings``: the pooling with which every model served answers embeddings."""
 
 
 def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaConfig:
@@ -706,6 +720,7 @@ def apply_overrides(config: LucernaConfig | None, flags: Overrides) -> LucernaCo
     per_model: dict[str, Any] = {key: value for key, value in (
         ("n_ctx", flags.n_ctx), ("threads", flags.threads), ("n_gpu_layers", flags.n_gpu_layers),
         ("queue_limit", flags.queue_limit), ("max_output_tokens", flags.max_output_tokens),
+        ("embeddings", flags.embeddings),
     ) if value is not None}
     if flags.draft is not None:
         draft = Path(flags.draft).expanduser().resolve()

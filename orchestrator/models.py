@@ -66,6 +66,9 @@ class ServedModel:
     token_memo: OrderedDict[tuple[str, bool], list[int]] = field(default_factory=OrderedDict)
     # Text of a generated reply -> the ids generated for it; LRU.
     reply_memo: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)
+    # "mean" or "last": POST /v1/embeddings pools this model's hidden states so (the
+    # daemon's embed, PROTOCOL.md 5.11); None: not configured for embeddings.
+    embeddings: str | None = None
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,

@@ -203,7 +203,7 @@ class PrefixCache:
         if self.settings.disk_dir is not None and state_id:
             self._state_dir = self.settings.disk_dir / f"{self.model}-{state_id}"
             self._state_dir.mkdir(parents=True, exist_ok=True)
-            for leftover in self._state_dir.glob(f"*{_FILE_SUFFIX}.tmp.*"):
+            for leftover in self._state_dir.glob(f"*{_FILE_SUFFIX}.tmp-*"):
                 leftover.unlink(missing_ok=True)  # a write a crash cut short
             self.stats.disk_bytes = self._disk_usage()
 
@@ -258,6 +258,17 @@ class PrefixCache:
                 self._entries[snap_slot] = _Entry(snap_slot, shared)
                 return first, snap_slot
         return None
+
+    async def before_live_cleared(self, client: DaemonClient) -> None:
+        """The daemon is about to clear its live sequence (``embed``, PROTOCOL.md 5.11):
+        keep the conversation it holds in a slot, as before another conversation, then
+        forget it, so nothing here counts on state the daemon no longer has."""
+        if not self.enabled:
+            return
+        if client is not self._client:
+            self.daemon_started(client)
+        await self._save_live(client)
+        self._live, self._live_prompt, self._live_saved = b"", 0, False
 
     def after_generate(self, prompt: Sequence[int], generated: Sequence[int],
                        summary: GenerateSummary | None, snap: tuple[int, int] | None) -> None:
