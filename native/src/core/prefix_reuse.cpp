@@ -106,16 +106,16 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
             // Load the uncuttable part first: it replaces the recurrent (or window) state
             // wholesale, after which cutting the attention cache at the same position is
             // a plain removal the engine always accepts.
-            const Checkpoint checkpoint = *it;
-            if (llama_state_seq_set_data_ext(ctx, checkpoint.state.data(), checkpoint.state.size(), 0,
+            if (llama_state_seq_set_data_ext(ctx, it->state.data(), it->state.size(), 0,
                                              LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == 0 ||
-                !llama_memory_seq_rm(mem, 0, checkpoint.n_tokens, -1)) {
+                !llama_memory_seq_rm(mem, 0, best.n_tokens, -1)) {
                 clear_all(ctx, live, draft);
                 throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load a checkpoint");
             }
-            live.truncated(checkpoint.n_tokens, checkpoint.logits);
+            const std::vector<float> logits = it->logits;  // truncated() drops later checkpoints
+            live.truncated(best.n_tokens, logits);
             if (draft != nullptr) {
-                draft->truncate(checkpoint.n_tokens);
+                draft->truncate(best.n_tokens);
             }
             break;
         }

@@ -164,8 +164,9 @@ private:
         }
         return count;
     }
-    template <typename T>
-    void array(std::vector<T> & into, uint64_t & count) {
+    template <typename Vector>
+    void array(Vector & into, uint64_t & count) {
+        using T = typename Vector::value_type;
         raw(&count, 8);
         into.resize(bounded(count, sizeof(T)));
         raw(into.data(), count * sizeof(T));

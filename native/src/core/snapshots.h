@@ -16,7 +16,7 @@
 namespace lucerna {
 
 struct Snapshot {
-    std::vector<uint8_t> state;   // llama_state_seq_get_data of sequence 0
+    StateBytes state;             // llama_state_seq_get_data of sequence 0
     std::vector<int32_t> tokens;  // the tokens `state` covers, in position order
     std::vector<float> logits;    // logits of the last of them (n_vocab floats)
     // The DFlash draft's KV cache over the same positions (PROTOCOL.md 5.9); empty when
