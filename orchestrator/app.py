@@ -30,7 +30,7 @@ from orchestrator.api._dialect import (
     errors_for,
 )
 from orchestrator.config import ServerSettings
-from orchestrator.errors import RequestError
+from orchestrator.errors import BadRequestError, RequestError
 from orchestrator.metrics import Metrics, MetricsMiddleware
 from orchestrator.models import ModelRegistry
 from orchestrator.security import APIKeyMiddleware
@@ -76,14 +76,33 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
 
     async def health(request: Request) -> Response:
         states = {model.name: daemon_summary(model.supervisor) for model in registry}
-        all_states = {model.supervisor.state for model in registry}
-        if all_states == {DaemonState.READY}:
+        # A model loaded on demand, or stopped while idle, is as it should be.
+        all_states = {model.supervisor.state for model in registry} - {DaemonState.UNLOADED}
+        if all_states <= {DaemonState.READY}:
             status, code = "ok", 200
         elif all_states <= {DaemonState.STARTING, DaemonState.READY}:
             status, code = "loading", 503
         else:
             status, code = "unavailable", 503
         return JSONResponse({"status": status, "models": states}, status_code=code)
+
+    async def model_load(request: Request) -> Response:
+        """Wake a model (start or unpark it) for scripts; answers once it is ready."""
+        model = registry.get(request.path_params["model_id"])
+        await registry.residency.wake(model)
+        return JSONResponse({"model": model.name,
+                             **registry.residency.status(model)})
+
+    async def model_unload(request: Request) -> Response:
+        """Park (``?action=park``) or stop (the default) an idle model; 409 while busy."""
+        model = registry.get(request.path_params["model_id"])
+        action = request.query_params.get("action", "stop")
+        if action not in ("park", "stop"):
+            raise BadRequestError(f"action {action!r} is neither park nor stop",
+                                  param="action")
+        changed = await registry.residency.unload(model, action)
+        return JSONResponse({"model": model.name, "changed": changed,
+                             **registry.residency.status(model)})
 
     async def on_error(request: Request, exc: Exception) -> Response:
         # Each dialect's routes declare its error shape (api/_dialect.py).
@@ -107,6 +126,8 @@ def build_app(registry: ModelRegistry, settings: ServerSettings | None = None) -
             dialect("/v1/embeddings", embeddings.embeddings),
             Route("/props", props, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            Route("/models/{model_id:path}/load", model_load, methods=["POST"]),
+            Route("/models/{model_id:path}/unload", model_unload, methods=["POST"]),
             *metrics.routes(),
         ],
         middleware=_middleware(settings, metrics),

@@ -41,7 +41,7 @@ import datetime
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
@@ -186,6 +186,8 @@ class ChatTemplate:
     bos_token: str
     eos_token: str
     stop_strings: tuple[str, ...]
+    # More template variables, e.g. ``enable_thinking=False`` (orchestrator/reasoning.py).
+    variables: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def for_model(cls, template: str | None, *, bos_token: str, eos_token: str) -> ChatTemplate:
@@ -209,6 +211,7 @@ class ChatTemplate:
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
                 tools=list(tools) if tools else None,
+                **self.variables,
             )
         except ChatTemplateError:
             raise

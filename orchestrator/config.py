@@ -23,6 +23,8 @@ The schema (configs/lucerna.toml is a commented example)::
     max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
     max_delay_s, healthy_after_s}, load ("boot" | "on_demand"), idle ("10m": park
     or stop it after that long unused), idle_action ("park" | "stop"), group,
+    chat_template_file (a Jinja file instead of the GGUF's template), reasoning_effort
+    ("none" .. "xhigh") and reasoning_budget (tokens): a thinking model's defaults,
     embeddings ("mean" | "last": serve POST /v1/embeddings with that pooling)
 
     [models.prefill]              PFlash compression / proxy mode; see
@@ -54,6 +56,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S
 from orchestrator.prefill import PrefillOverrides, PrefillSettings, parse_prefill_table
 from orchestrator.prefix_cache import CacheSettings, PrefixCache, default_ram_bytes
+from orchestrator.reasoning import EFFORT_BUDGETS, ReasoningControl
 from orchestrator.supervisor import RestartPolicy
 
 if TYPE_CHECKING:
@@ -154,6 +157,12 @@ class ModelSettings:
     idle_action: str = "park"
     group: str = "default"
     """Models of one group share a device and its ``group_memory_mib`` budget."""
+    chat_template_file: str | None = None
+    """A Jinja chat template to use instead of the GGUF's (absolute once loaded)."""
+    reasoning_effort: str | None = None
+    """A thinking model's default effort when a request names none (EFFORT_BUDGETS)."""
+    reasoning_budget: int | None = None
+    """Its default reasoning budget in tokens (over the effort's); 0: no reasoning."""
     embeddings: str | None = None
     """``mean`` or ``last``: ``POST /v1/embeddings`` pools this model's hidden states so
     (PROTOCOL.md 5.11); None: the model serves no embeddings."""
@@ -452,6 +461,20 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
                           'write "park" (release memory, keep the process and its caches) '
                           'or "stop" (end the daemon)')
     group = table.string("group", 'name the group of models that share a device, e.g. "gpu0"')
+    template_file = table.string("chat_template_file", "give a Jinja chat template file")
+    if template_file is not None:
+        resolved_template = (base / Path(template_file).expanduser()).resolve()
+        if not resolved_template.is_file():
+            raise table.error("chat_template_file", f"{resolved_template} is not a file",
+                              "point it at a Jinja template (relative paths are relative to "
+                              "the config file), or leave it out for the GGUF's")
+        template_file = str(resolved_template)
+    effort = table.string("reasoning_effort", f"use one of {', '.join(EFFORT_BUDGETS)}")
+    if effort is not None and effort not in EFFORT_BUDGETS:
+        raise table.error("reasoning_effort", f"unknown effort {effort!r}",
+                          f"use one of {', '.join(EFFORT_BUDGETS)}")
+    reasoning_budget = table.integer("reasoning_budget", 0,
+                                     "give the reasoning tokens allowed, e.g. 1024 (0: none)")
     embeddings = table.string("embeddings", 'write embeddings = "mean" or "last"')
     if embeddings is not None and embeddings not in EMBEDDING_POOLING:
         raise table.error("embeddings", f"unknown pooling {embeddings!r}",
@@ -485,6 +508,9 @@ def _model_settings(table: _Table, index: int, base: Path) -> ModelSettings:
         idle_s=idle_s,
         idle_action=idle_action or defaults.idle_action,
         group=group or defaults.group,
+        chat_template_file=template_file,
+        reasoning_effort=effort,
+        reasoning_budget=reasoning_budget,
         embeddings=embeddings,
     )
 
@@ -552,6 +578,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
     from daemons.gguf_info import read_gguf_info
     from orchestrator.models import ServedModel
     from orchestrator.prefill import build_compressor, is_proxy, served_path
+    from orchestrator.residency import Residence
 
     def gguf(setting: str, at: str) -> tuple[Path, GGUFInfo]:
         path = (ensure_default_model(progress) if setting == DEFAULT_MODEL_PATH
@@ -571,6 +598,8 @@ def build_models(config: LucernaConfig, native: NativeBuild,
         # daemon is the drafter, a pflash daemon.
         proxy = is_proxy(settings.prefill)
         path, info = gguf(served_path(settings.path, settings.prefill), f"{where}.path")
+        if settings.chat_template_file is not None:
+            info = replace(info, chat_template=Path(settings.chat_template_file).read_text())
         role = (_drafter_role(info.architecture, f"{where}.path") if proxy
                 else _role_for(settings, info.architecture, where))
         drafter_path = None
@@ -597,9 +626,20 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                                      pflash_executable=native.binary("pflash"),
                                      restart=settings.restart),
             prefix_cache=PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS),
+            residence=Residence(load=settings.load, idle_s=settings.idle_s,
+                                idle_action=settings.idle_action, group=settings.group),
+            reasoning=_reasoning_default(settings),
             embeddings=settings.embeddings,
         ))
     return served
+
+
+def _reasoning_default(settings: ModelSettings) -> ReasoningControl:
+    control = (ReasoningControl() if settings.reasoning_effort is None
+               else ReasoningControl.from_effort(settings.reasoning_effort))
+    if settings.reasoning_budget is not None:
+        control = ReasoningControl(settings.reasoning_budget > 0, settings.reasoning_budget)
+    return control
 
 
 def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:

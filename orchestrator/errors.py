@@ -11,6 +11,7 @@ Hierarchy::
         │   ├── ChatTemplateError     400: the model's template refused or failed on the messages
         │   └── ContextLengthError    400 code=context_length_exceeded
         ├── ModelNotFoundError        404 model_not_found
+        ├── ModelBusyError            409: an unload asked of a model that is serving requests
         ├── ServiceUnavailableError   503: the model's daemon is not running (starting, died)
         │   └── QueueFullError        503: too many requests already wait for this model
         ├── UpstreamError             502: proxy mode's upstream server failed or refused us
@@ -30,6 +31,7 @@ __all__ = [
     "ChatTemplateError",
     "ConfigError",
     "ContextLengthError",
+    "ModelBusyError",
     "ModelNotFoundError",
     "OrchestratorError",
     "RequestError",
@@ -92,6 +94,12 @@ class ModelNotFoundError(RequestError):
     status = 404
     error_type = "invalid_request_error"
     code = "model_not_found"
+
+
+class ModelBusyError(RequestError):
+    status = 409
+    error_type = "invalid_request_error"
+    code = "model_busy"
 
 
 class ServiceUnavailableError(RequestError):

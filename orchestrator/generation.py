@@ -17,6 +17,7 @@ daemon cannot crash-loop it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -33,6 +34,7 @@ from orchestrator.chat_template import message_boundaries
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S, KeepAlive, KeepAliveEvents
 from orchestrator.models import ServedModel
+from orchestrator.reasoning import ReasoningPlan, ReasoningSplitter
 from orchestrator.scheduler import watch_disconnect
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
 from protocol import GenerateSummary, PieceTable, SamplingParams, TokenLogprobs
@@ -45,6 +47,7 @@ __all__ = [
     "Finished",
     "GenerationRequest",
     "OutputParser",
+    "ReasoningDelta",
     "Speculation",
     "TextDelta",
     "TokenLogprob",
@@ -65,6 +68,13 @@ RESTART_WAIT_S = 120.0
 
 @dataclass(frozen=True)
 class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """Text of the model's reasoning block (orchestrator/reasoning.py), tags removed."""
+
     text: str
 
 
@@ -122,9 +132,11 @@ class Finished:
     # Prompt tokens whose state came from the prefix cache instead of a prefill
     # (orchestrator/prefix_cache.py); reported as the dialects' cached-token fields.
     cached_tokens: int = 0
+    # Generated tokens inside the reasoning block (part of completion_tokens).
+    reasoning_tokens: int = 0
 
 
-Event = TextDelta | ToolCall | TokenLogprob | Finished
+Event = TextDelta | ReasoningDelta | ToolCall | TokenLogprob | Finished
 
 
 class OutputParser(Protocol):
@@ -168,6 +180,9 @@ class GenerationRequest:
     # K: yield a TokenLogprob with the K most likely alternatives before each token's
     # text (0: the chosen token's alone); None: none.
     logprobs: int | None = None
+    # A thinking model's reasoning block and budget (orchestrator/reasoning.py); None:
+    # all output is answer.
+    reasoning: ReasoningPlan | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -175,12 +190,15 @@ class ChatPrompt:
     ids: list[int]
     marks: tuple[int, ...]
     """Positions in ``ids`` where a message ends (see ``message_boundaries``)."""
+    text: str = ""
+    """The rendered prompt."""
 
 
 async def chat_prompt(
     model: ServedModel,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
+    variables: Mapping[str, Any] | None = None,
 ) -> ChatPrompt:
     """Render the chat template and tokenize it on the model's daemon, message by message.
 
@@ -190,6 +208,8 @@ async def chat_prompt(
     and pieces seen before come from the model's token memo without a round trip.
     """
     _, _, template = await model.ready_parts()
+    if variables:  # e.g. enable_thinking=False
+        template = dataclasses.replace(template, variables=variables)
     text = template.render(messages, add_generation_prompt=True, tools=tools)
     cuts = message_boundaries(template, messages, tools, text)
     ids: list[int] = []
@@ -207,7 +227,7 @@ async def chat_prompt(
         if end < len(text) and ids and (not marks or marks[-1] < len(ids)):
             marks.append(len(ids))
         start = end
-    return ChatPrompt(ids, tuple(marks))
+    return ChatPrompt(ids, tuple(marks), text)
 
 
 async def _piece_ids(model: ServedModel, piece: str, template_bos: str | None) -> list[int]:
@@ -322,14 +342,48 @@ async def generate_events(
     recoveries = 0
     summary = None
     saw_tool_call = False
+    plan = request.reasoning
+    splitter = ReasoningSplitter(plan) if plan is not None else None
+    reasoning_tokens = 0
+    closed_by_budget = False
 
-    def visible(text: str) -> list[TextDelta | ToolCall]:
+    def answer(text: str) -> list[TextDelta | ToolCall]:
         if not text:
             return []
         return parser.feed(text) if parser else [TextDelta(text)]
 
+    def routed(pieces: list[tuple[bool, str]]) -> list[TextDelta | ReasoningDelta | ToolCall]:
+        events: list[TextDelta | ReasoningDelta | ToolCall] = []
+        for is_reasoning, piece in pieces:
+            events += [ReasoningDelta(piece)] if is_reasoning else answer(piece)
+        return events
+
+    def visible(text: str) -> list[TextDelta | ReasoningDelta | ToolCall]:
+        if splitter is None or not text:
+            return list(answer(text))
+        return routed(splitter.feed(text))
+
+    def budget_spent() -> bool:
+        """The reasoning budget is used up inside the block: the core closes it."""
+        return (splitter is not None and splitter.reasoning and plan is not None
+                and plan.budget is not None and reasoning_tokens >= plan.budget
+                and not closed_by_budget)
+
     cache = model.prefix_cache
+    client = None
     while True:
+        if budget_spent():
+            # Close the block as the template writes it; the model goes on to the answer.
+            assert plan is not None
+            closed_by_budget = True
+            closing = await tokenize_text(model, f"\n{plan.format.close}\n\n", add_bos=False)
+            generated += closing
+            for token in closing:
+                for event in visible(stops.feed(detokenizer.feed(token))):
+                    model.observe(event)
+                    yield event
+            if len(generated) >= n_gen:
+                break
         try:
             client = await model.supervisor.wait_ready(RESTART_WAIT_S)
             prompt = request.prompt + generated
@@ -346,19 +400,23 @@ async def generate_events(
                     on_started()
                     async for token in stream:
                         generated.append(token)
+                        if splitter is not None and splitter.reasoning:
+                            reasoning_tokens += 1
                         if stream.logprobs is not None:
                             yield _token_logprob(pieces, stream.logprobs)
                         for event in visible(stops.feed(detokenizer.feed(token))):
                             saw_tool_call |= isinstance(event, ToolCall)
                             model.observe(event)
                             yield event
-                        if stops.stopped:
+                        if stops.stopped or budget_spent():
                             break
             finally:
                 if cache:
                     cache.after_generate(request.prompt, generated,
                                          stream.summary if stream else None, snap)
             summary = stream.summary
+            if budget_spent():
+                continue
             if summary is not None and summary.finish.value != "cancelled":
                 model.remember_reply(generated)
             break
@@ -375,14 +433,15 @@ async def generate_events(
             if exc.code == "context_overflow":
                 raise ContextLengthError(exc.detail, param="messages") from exc
             raise
-    if cache:
+    if cache and client is not None:
         try:
             await cache.settle(client)
         except (DaemonDiedError, DaemonReplyError) as exc:
             log.warning("model %s: the prefix cache could not book this generation: %s",
                         model.name, exc)
     tail = "" if stops.stopped else stops.feed(detokenizer.flush()) + stops.flush()
-    for event in [*visible(tail), *(parser.finish() if parser else [])]:
+    rest = routed(splitter.finish()) if splitter is not None else []
+    for event in [*visible(tail), *rest, *(parser.finish() if parser else [])]:
         saw_tool_call |= isinstance(event, ToolCall)
         model.observe(event)
         yield event
@@ -410,6 +469,7 @@ async def generate_events(
         speculative=_speculation(summary),
         capped=capped,
         cached_tokens=min(len(request.prompt), summary.prompt_tokens_reused) if summary else 0,
+        reasoning_tokens=reasoning_tokens,
     )
     model.observe(finished)
     yield finished

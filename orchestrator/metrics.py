@@ -161,9 +161,38 @@ class _StateCollector(Collector):
                 ("disk_loads", "Snapshot files loaded."),
                 ("disk_rejected", "Snapshot files refused (other identity, truncated, corrupt)."),
             )}
+        residency = {
+            "wakes": CounterMetricFamily("lucerna_model_wakes", "Wakes of a model on demand: "
+                                         "kind start (its daemon) or unpark.",
+                                         labels=["model", "kind"]),
+            "wake_seconds": CounterMetricFamily("lucerna_model_wake_seconds", "Time spent "
+                                                "waking, by kind.", labels=["model", "kind"]),
+            "parks": CounterMetricFamily("lucerna_model_parks", "Parks (kind park) and stops "
+                                         "(kind stop) by reason: idle, lru, request.",
+                                         labels=["model", "kind", "reason"]),
+            "park_seconds": CounterMetricFamily("lucerna_model_park_seconds", "Time spent "
+                                                "parking or stopping.",
+                                                labels=["model", "kind"]),
+        }
+        memory = gauge("lucerna_model_memory_bytes",
+                       "Weights the model holds now (0 parked or unloaded), from its stats.")
+        parked = gauge("lucerna_model_parked", "1 while the model is parked.")
         for model in self._registry:
             name = [model.name]
             supervisor = model.supervisor
+            if model.residency is not None:
+                r = model.residence
+                for kind, n in r.wakes.items():
+                    residency["wakes"].add_metric([model.name, kind], n)
+                    residency["wake_seconds"].add_metric([model.name, kind],
+                                                         r.wake_seconds[kind])
+                for (kind, reason), n in r.parks.items():
+                    residency["parks"].add_metric([model.name, kind, reason], n)
+                for kind, seconds in r.park_seconds.items():
+                    residency["park_seconds"].add_metric([model.name, kind], seconds)
+                memory.add_metric(name, r.memory_bytes if model.residency.is_awake(model)
+                                  else 0)
+                parked.add_metric(name, 1 if r.parked else 0)
             up.add_metric(name, 1 if supervisor.state is DaemonState.READY else 0)
             for each in DaemonState:
                 state.add_metric([model.name, each.value], 1 if supervisor.state is each else 0)
@@ -192,7 +221,7 @@ class _StateCollector(Collector):
                     family.add_metric(name, getattr(cache.stats, key))
         yield from (info, start, up, state, restarts, crashes, failed, rss, cpu, fds, threads,
                     waiting, running, limit, refused, n_ctx, cache_bytes, cache_budget,
-                    *cache_counts.values())
+                    *cache_counts.values(), memory, parked, *residency.values())
 
 
 class Metrics:
@@ -291,6 +320,8 @@ class Metrics:
             "role": model.launch.role.name,
             "max_output_tokens": model.max_output_tokens,
             "prefix_cache": model.prefix_cache.status() if model.prefix_cache else None,
+            # models on demand (orchestrator/residency.py): state, memory, wakes, parks
+            "residency": model.residency.status(model) if model.residency else None,
         }
 
 

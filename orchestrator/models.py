@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,8 @@ from daemons.gguf_info import GGUFInfo
 from daemons.roles import DaemonLaunch
 from orchestrator.chat_template import ChatTemplate
 from orchestrator.errors import ModelNotFoundError, ServiceUnavailableError
+from orchestrator.reasoning import ReasoningControl
+from orchestrator.residency import Residence, Residency
 from orchestrator.scheduler import RequestQueue
 from orchestrator.supervisor import RestartPolicy, Supervisor
 from protocol import PieceTable
@@ -66,14 +68,22 @@ class ServedModel:
     token_memo: OrderedDict[tuple[str, bool], list[int]] = field(default_factory=OrderedDict)
     # Text of a generated reply -> the ids generated for it; LRU.
     reply_memo: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)
+    # Models on demand (orchestrator/residency.py): this model's policy and state, and
+    # the server's ``Residency`` that wakes and parks it (None: always resident).
+    residence: Residence = field(default_factory=Residence)
+    residency: Residency | None = None
+    # Thinking models: the reasoning a request gets when it asks for nothing else
+    # (``reasoning_effort`` / ``reasoning_budget`` in its [[models]] table).
+    reasoning: ReasoningControl = field(default_factory=ReasoningControl)
     # "mean" or "last": POST /v1/embeddings pools this model's hidden states so (the
     # daemon's embed, PROTOCOL.md 5.11); None: not configured for embeddings.
     embeddings: str | None = None
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
-                                     on_ready=self._on_ready)
-        self.queue = RequestQueue(self.queue_limit)
+                                     on_ready=self._on_ready,
+                                     on_demand=self.residence.load == "on_demand")
+        self.queue = RequestQueue(self.queue_limit, on_turn=self.wake)
 
     def remember_tokens(self, key: tuple[str, bool], ids: list[int]) -> None:
         self.token_memo[key] = ids
@@ -109,7 +119,13 @@ class ServedModel:
                 best = (at, text, ids)
         return best
 
+    async def wake(self) -> None:
+        """Before a generation: start or unpark the model if it sleeps (models on demand)."""
+        if self.residency is not None:
+            await self.residency.wake(self)
+
     async def _on_ready(self, client: DaemonClient) -> None:
+        self.residence.parked = False  # a new daemon starts with its weights loaded
         if self.prefix_cache is not None:
             self.prefix_cache.daemon_started(client)
         pieces = await client.piece_table()
@@ -157,8 +173,11 @@ def _piece_text(pieces: PieceTable, token: int) -> str:
 
 
 class ModelRegistry:
-    def __init__(self, models: list[ServedModel], default: str | None = None) -> None:
+    def __init__(self, models: list[ServedModel], default: str | None = None,
+                 group_memory_mib: Mapping[str, int] | None = None) -> None:
         self._models = {m.name: m for m in models}
+        # Wakes, parks and stops them (models on demand); the server runs its idle watch.
+        self.residency = Residency(models, group_memory_mib)
         # The model of a request that names none (``[server] default_model``); a lone
         # model is the default anyway. With several and no default, naming none is a 404.
         self.default = default if default in self._models else None

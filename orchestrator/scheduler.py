@@ -7,7 +7,8 @@ The turn covers the whole request (tokenize, generate, detokenize), so the daemo
 never interleaves two requests. A ticket's turn can end in another task than the
 one that waited for it (the SSE body runs in its own task), which is why this is a
 semaphore and not a lock: trio's ``Semaphore`` wakes waiters in FIFO order and has
-no owner.
+no owner. A turn begins with the queue's ``on_turn`` (models on demand wake the
+model there), and "idle" (``busy``, ``idle_since``) is what they park by.
 
 ``watch_disconnect`` cancels the request's work when the client goes away while
 it waits or while a non-streaming generation runs; streaming responses are watched
@@ -16,7 +17,8 @@ by the response itself.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import trio
@@ -43,29 +45,50 @@ class Ticket:
         self._queue.waiting -= 1
         self._queue.running += 1
         self._state = "running"
+        if self._queue.on_turn is not None:
+            # The turn's owner releases the ticket if this raises (as for any error in
+            # its turn).
+            await self._queue.on_turn()
 
     def _leave(self) -> None:
         if self._state == "waiting":
             self._queue.waiting -= 1
             self._state = "done"
+            self._queue.note_idle()
 
     def release(self) -> None:
         if self._state == "running":
             self._queue.running -= 1
             self._queue._turns.release()
+            self._queue.note_idle()
         self._leave()
         self._state = "done"
 
 
 class RequestQueue:
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int,
+                 on_turn: Callable[[], Awaitable[None]] | None = None) -> None:
         if limit < 0:
             raise ValueError("queue limit must be >= 0")
         self.limit = limit
         self.waiting = 0
         self.running = 0
         self.refused = 0
+        # Awaited at the start of every turn: models on demand wake the model there
+        # (ServedModel.wake), so a turn never finds it parked or unloaded.
+        self.on_turn = on_turn
+        self.idle_since = time.monotonic()
+        """When the last request left (models on demand park a model idle long enough)."""
         self._turns = trio.Semaphore(1)
+
+    @property
+    def busy(self) -> bool:
+        """A request runs or waits."""
+        return self.running > 0 or self.waiting > 0
+
+    def note_idle(self) -> None:
+        if not self.busy:
+            self.idle_since = time.monotonic()
 
     def admit(self, model: str) -> Ticket:
         """A ticket for the next turn, or ``QueueFullError`` when the queue is full."""

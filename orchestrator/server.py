@@ -53,7 +53,8 @@ async def run_server(
     ``systemd`` (see ``SystemdEnvironment.take``) adds readiness and watchdog
     notifications, and replaces ``host``/``port`` by sockets systemd passed us.
     """
-    registry = ModelRegistry(models, default=options.default_model)
+    registry = ModelRegistry(models, default=options.default_model,
+                             group_memory_mib=options.group_memory_mib)
     systemd = systemd or SystemdEnvironment()
     config = HypercornConfig()
     if systemd.listen_fds:
@@ -89,6 +90,7 @@ async def _serve(
                 nursery.start_soon(model.prefill.run)
             if model.prefix_cache is not None:  # its disk tier's writer
                 nursery.start_soon(model.prefix_cache.run_disk_writer)
+        nursery.start_soon(registry.residency.run)  # parks or stops idle models
         status_scope = trio.CancelScope()
 
         async def stop_when_triggered() -> None:
@@ -117,6 +119,9 @@ async def _serve(
             nursery.start_soon(report)
         task_status.started(binds)
         for model in registry:
+            if model.supervisor.on_demand:  # its first request starts it
+                log.info("model %s: loaded on demand", model.name)
+                continue
             try:
                 await model.supervisor.wait_ready()
                 log.info("model %s ready on %s", model.name, ", ".join(binds))

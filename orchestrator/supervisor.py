@@ -10,11 +10,16 @@ record, which tells three endings apart:
 - a failed load: it never became ready (bad model, out of memory). Retried with the
   same backoff, since out-of-memory can pass when another process exits.
 - an intentional stop: we stopped it (shutdown); never restarted.
+- an unload: we stopped it while it was idle (``stop``, models on demand); its state
+  is ``unloaded`` and the next ``start`` (a request's ``wait_ready``) brings it back.
 
 After ``max_failures`` consecutive failures without a healthy run in between the
 supervisor gives up: its state becomes ``failed`` and ``run`` raises
 ``DaemonUnrecoverableError``, which makes the server exit non-zero so systemd's
-``Restart=`` can take over.
+``Restart=`` can take over. A daemon that was started on demand (``on_demand``, or
+after an unload) does not take the server down that way: its state goes back to
+``unloaded`` with the reason, the requests waiting for it get a 503 that says it, and
+the next request tries again.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class DaemonState(enum.Enum):
     RESTARTING = "restarting"  # it crashed or failed to load; waiting out the backoff
     FAILED = "failed"  # gave up: too many failures in a row
     STOPPED = "stopped"
+    UNLOADED = "unloaded"  # not started (load on demand), or stopped while idle
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class Supervisor:
         *,
         policy: RestartPolicy | None = None,
         on_ready: Callable[[DaemonClient], Awaitable[None]] | None = None,
+        on_demand: bool = False,
     ) -> None:
         self.name = name
         self.launch = launch
@@ -84,6 +91,30 @@ class Supervisor:
         self._streak = 0
         self._changed = trio.Event()
         self._on_ready = on_ready
+        self.on_demand = on_demand
+        self.unloads = 0
+        self.wake_failures = 0  # starts on demand that gave up (see wait_ready)
+        self._start_wanted = not on_demand
+        self._start_requested = trio.Event()
+        # Cancelled by ``stop``: the wait on a running daemon, or a restart's backoff.
+        self._stop_scope: trio.CancelScope | None = None
+        self._unloaded_detail = "not loaded yet (load = on_demand)"
+
+    def start(self) -> None:
+        """Have the daemon started if it is unloaded (or being unloaded); idempotent."""
+        if not self._start_wanted:
+            self._start_wanted = True
+            self._start_requested.set()
+            self._start_requested = trio.Event()
+
+    async def stop(self) -> None:
+        """Stop the daemon on purpose and return once it is gone; ``start`` brings it back."""
+        self._start_wanted = False
+        if self._stop_scope is not None:
+            self._stop_scope.cancel()
+        while self.state not in (DaemonState.UNLOADED, DaemonState.FAILED,
+                                 DaemonState.STOPPED) and not self._start_wanted:
+            await self._changed.wait()
 
     @property
     def restarts(self) -> int:
@@ -100,7 +131,24 @@ class Supervisor:
         task_status.started()
         try:
             while True:
-                await self._run_once()
+                if not self._start_wanted:
+                    self._set(DaemonState.UNLOADED, self._unloaded_detail)
+                    await self._start_requested.wait()
+                if await self._run_once():
+                    self.unloads += 1
+                    self._unloaded_detail = "unloaded"
+                    continue
+                if self._streak >= self.policy.max_failures and (
+                        self.on_demand or self.unloads):
+                    # A wake that failed: say why to those waiting, keep the server up.
+                    message = (f"could not be loaded ({self._streak} tries): "
+                               f"{self.last_exit}")
+                    log.error("model %s: %s", self.name, message)
+                    self.wake_failures += 1
+                    self._streak = 0
+                    self._start_wanted = False
+                    self._unloaded_detail = message
+                    continue
                 if self._streak >= self.policy.max_failures:
                     message = (f"gave up after {self._streak} failures in a row; "
                                f"last: {self.last_exit}")
@@ -113,13 +161,16 @@ class Supervisor:
                             self.policy.max_failures)
                 self._set(DaemonState.RESTARTING, f"restart in {delay:.1f} s after: "
                           f"{self.last_exit}")
-                await trio.sleep(delay)
+                with trio.CancelScope() as self._stop_scope:
+                    await trio.sleep(delay)
+                self._stop_scope = None
         finally:
             self.client = None
             if self.state is not DaemonState.FAILED:
                 self._set(DaemonState.STOPPED, "stopped")
 
-    async def _run_once(self) -> None:
+    async def _run_once(self) -> bool:
+        """One daemon's life; True when ``stop`` ended it (an unload, not a failure)."""
         self.starts += 1
         if self.starts > 1:
             self._set(DaemonState.STARTING, f"restart {self.starts - 1}")
@@ -134,7 +185,16 @@ class Supervisor:
                 if self.starts > 1:
                     log.warning("model %s: daemon restarted (restart %d), pid %d", self.name,
                                 self.restarts, client.pid)
-                await client.exited.wait()
+                with trio.CancelScope() as self._stop_scope:
+                    if not self._start_wanted:  # stop() came while it was starting
+                        self._stop_scope.cancel()
+                    await client.exited.wait()
+                self._stop_scope = None
+                if not client.exited.is_set():  # stop(): leaving the block quits it
+                    self.client = None
+                    self._set(DaemonState.STARTING, "unloading")
+                    self._streak = 0
+                    return True
                 # Reached only when the daemon exited without being asked to.
                 self.client = None
                 up_s = time.monotonic() - self.started_at
@@ -161,9 +221,14 @@ class Supervisor:
             self.crashes += 1
             self.last_exit = str(exc)
             log.error("model %s: daemon died while starting: %s", self.name, exc)
+        return False
 
     async def wait_ready(self, timeout_s: float | None = None) -> DaemonClient:
-        """The ready daemon, waiting through a start or restart; 503 if it won't come."""
+        """The ready daemon, waiting through a start or restart; 503 if it won't come.
+
+        An unloaded daemon is started (models on demand); if that start gives up, the
+        503 says why."""
+        failures = self.wake_failures
         with trio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
             while True:
                 client = self.client
@@ -172,6 +237,9 @@ class Supervisor:
                     return client
                 if self.state in (DaemonState.FAILED, DaemonState.STOPPED):
                     break
+                if self.wake_failures != failures:
+                    break
+                self.start()
                 await self._changed.wait()
         raise ServiceUnavailableError(self.unavailable_message())
 

@@ -29,6 +29,7 @@ from orchestrator.api._http import error_response
 from orchestrator.errors import RequestError
 from orchestrator.generation import Conversation, GenerationRequest, chat_prompt
 from orchestrator.models import ServedModel
+from orchestrator.reasoning import ReasoningControl, ReasoningFormat, ReasoningPlan
 from orchestrator.tools import OutputPlan
 
 __all__ = ["OPENAI_ERRORS", "DialectRoute", "ErrorShape", "as_request_error", "chat_generation",
@@ -87,12 +88,22 @@ def new_id(prefix: str) -> str:
 
 
 async def chat_generation(model: ServedModel, messages: Sequence[Mapping[str, Any]],
-                          output: OutputPlan, basics: Basics) -> GenerationRequest:
-    """The generation a conversation asks for: templated prompt, tools and constraints."""
-    prompt = await chat_prompt(model, messages, output.template_tools)
+                          output: OutputPlan, basics: Basics,
+                          reasoning: ReasoningControl | None = None) -> GenerationRequest:
+    """The generation a conversation asks for: templated prompt, tools and constraints,
+    and for a thinking model its reasoning block (orchestrator/reasoning.py): off through
+    the template's switch where it has one, else by a budget of 0."""
+    _, _, template = await model.ready_parts()
+    form = None if template.is_fallback else ReasoningFormat.of(template.source)
+    control = (reasoning or ReasoningControl()).over(model.reasoning)
+    off = control.enabled is False
+    variables = {form.switch: False} if form is not None and off and form.switch else None
+    prompt = await chat_prompt(model, messages, output.template_tools, variables)
+    plan = None if form is None else ReasoningPlan(
+        form, form.starts_inside(prompt.text), 0 if off else control.budget)
     tools = None if output.template_tools is None else tuple(output.template_tools)
     return GenerationRequest(prompt.ids, basics.max_tokens, basics.sampling, basics.stop,
-                             marks=prompt.marks,
+                             marks=prompt.marks, reasoning=plan,
                              json_schema=output.json_schema,
                              parser_factory=output.parser_factory,
                              # What PFlash compresses and proxy mode forwards.

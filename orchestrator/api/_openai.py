@@ -21,7 +21,14 @@ from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import as_request_error
 from orchestrator.api._http import sse
 from orchestrator.errors import RequestError
-from orchestrator.generation import Event, Finished, TextDelta, TokenLogprob, ToolCall
+from orchestrator.generation import (
+    Event,
+    Finished,
+    ReasoningDelta,
+    TextDelta,
+    TokenLogprob,
+    ToolCall,
+)
 from orchestrator.keepalive import KeepAlive
 
 __all__ = ["KEEPALIVE_COMMENT", "OpenAIEnvelope", "include_usage", "openai_usage"]
@@ -43,6 +50,8 @@ def openai_usage(finished: Finished) -> dict[str, Any]:
         "total_tokens": finished.prompt_tokens + finished.completion_tokens,
         # Prompt tokens the prefix cache restored instead of prefilling.
         "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
+        # Tokens of a thinking model's reasoning block (orchestrator/reasoning.py).
+        "completion_tokens_details": {"reasoning_tokens": finished.reasoning_tokens},
     }
     if finished.compressed_tokens:
         # PFlash: prompt_tokens were prefilled; these were compressed away before that.
@@ -79,7 +88,8 @@ class OpenAIEnvelope:
         self,
         kind: str,
         events: AsyncIterator[Event | KeepAlive],
-        choices: Callable[[TextDelta | ToolCall | TokenLogprob], Iterable[dict[str, Any]]],
+        choices: Callable[[TextDelta | ReasoningDelta | ToolCall | TokenLogprob],
+                          Iterable[dict[str, Any]]],
         last: Callable[[Finished], dict[str, Any]],
         first: dict[str, Any] | None = None,
     ) -> AsyncGenerator[bytes, None]:

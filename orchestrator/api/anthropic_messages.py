@@ -6,8 +6,13 @@ string or text blocks) becomes the system message, and so do ``role: "system"``
 messages in ``messages`` (Claude Code's mid-conversation updates), appended to it in
 order; a user turn's ``tool_result``
 blocks become ``tool`` messages (in order, before the turn's text); an assistant
-turn's ``tool_use`` blocks become its ``tool_calls``. ``thinking`` blocks are
-dropped; images and documents are refused (text-only models).
+turn's ``tool_use`` blocks become its ``tool_calls``; its ``thinking`` blocks become its
+``reasoning_content``, which a thinking model's template writes back as it expects
+(``redacted_thinking`` is dropped); images and documents are refused (text-only models).
+``thinking: {"type": "enabled", "budget_tokens": N}`` is the reasoning budget (any
+N >= 1 here), ``{"type": "disabled"}`` turns reasoning off (orchestrator/reasoning.py);
+the reasoning comes back as a ``thinking`` block (``thinking_delta``s, then one
+``signature_delta`` just before its ``content_block_stop``) before the answer.
 
 Every SSE event carries its ``event:`` line, because the SDK dispatches on it
 (§1.1): ``message_start`` → ``ping`` → per content block ``content_block_start`` /
@@ -40,6 +45,7 @@ from orchestrator.generation import (
     Event,
     Finished,
     GenerationRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     prompt_ids,
@@ -47,6 +53,7 @@ from orchestrator.generation import (
 )
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
+from orchestrator.reasoning import ReasoningControl, thinking_signature
 from orchestrator.scheduler import watch_disconnect
 from orchestrator.tools import OutputPlan, plan_output
 
@@ -75,6 +82,7 @@ class MessagesRequest:
     basics: fields.Basics
     messages: list[dict[str, Any]]
     output: OutputPlan
+    reasoning: ReasoningControl | None = None  # thinking
 
 
 def _text_blocks(content: Any, where: str) -> str:
@@ -104,12 +112,16 @@ def _turn(message: Any, i: int) -> list[dict[str, Any]]:
         raise BadRequestError(f"{where}.content must be a string or an array of blocks")
     results: list[dict[str, Any]] = []
     texts: list[str] = []
+    thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     for j, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         at = f"{where}.content[{j}]"
         if kind == "text":
             texts.append(str(block.get("text", "")))
+        elif kind == "thinking" and role == "assistant":
+            assert isinstance(block, dict)
+            thinking.append(str(block.get("thinking", "")))
         elif kind == "tool_use" and role == "assistant":
             assert isinstance(block, dict)
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
@@ -128,6 +140,8 @@ def _turn(message: Any, i: int) -> list[dict[str, Any]]:
             raise BadRequestError(f"{at} has type {kind!r}, which is not supported in a "
                                   f"{role} message here")
     turn: dict[str, Any] = {"role": role, "content": "".join(texts)}
+    if thinking:
+        turn["reasoning_content"] = "\n".join(thinking)
     if calls:
         turn["tool_calls"] = calls
     return [*results, turn] if texts or calls or not results else results
@@ -158,7 +172,25 @@ def parse_messages_request(body: Mapping[str, Any], *, counting: bool = False,
         basics=basics,
         messages=messages,
         output=plan_output(read_tools(body, "anthropic"), read_tool_choice(body, "anthropic")),
+        reasoning=_thinking(body),
     )
+
+
+def _thinking(body: Mapping[str, Any]) -> ReasoningControl | None:
+    thinking = fields.object_field(body, "thinking")
+    kind = thinking.get("type")
+    if not thinking:
+        return None
+    if kind == "disabled":
+        return ReasoningControl(enabled=False)
+    if kind == "adaptive":
+        return ReasoningControl(enabled=True)
+    budget = thinking.get("budget_tokens")
+    if kind != "enabled" or not isinstance(budget, int) or isinstance(budget, bool) \
+            or budget < 1:
+        raise BadRequestError("thinking must be {\"type\": \"enabled\", \"budget_tokens\": N} "
+                              "with N >= 1, or {\"type\": \"disabled\"}", param="thinking")
+    return ReasoningControl(enabled=True, budget=budget)
 
 
 def _stop_reason(finished: Finished) -> str:
@@ -180,7 +212,8 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
     message_id = new_id("msg_")
 
     async def build() -> GenerationRequest:
-        return await chat_generation(model, parsed.messages, parsed.output, parsed.basics)
+        return await chat_generation(model, parsed.messages, parsed.output, parsed.basics,
+                                     parsed.reasoning)
 
     def message(content: list[dict[str, Any]], stop_reason: str | None,
                 stop_sequence: str | None, usage: dict[str, int]) -> dict[str, Any]:
@@ -191,13 +224,21 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
     def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
         content: list[dict[str, Any]] = []
         for event in events:
-            if isinstance(event, TextDelta):
+            if isinstance(event, ReasoningDelta):
+                if content and content[-1]["type"] == "thinking":
+                    content[-1]["thinking"] += event.text
+                else:
+                    content.append({"type": "thinking", "thinking": event.text})
+            elif isinstance(event, TextDelta):
                 if content and content[-1]["type"] == "text":
                     content[-1]["text"] += event.text
                 else:
                     content.append({"type": "text", "text": event.text})
             elif isinstance(event, ToolCall):
                 content.append(_tool_use(event))
+        for block in content:
+            if block["type"] == "thinking":
+                block["signature"] = thinking_signature(model.name, block["thinking"])
         finished = next(e for e in events if isinstance(e, Finished))
         usage = {**_input_usage(finished), "output_tokens": finished.completion_tokens}
         return JSONResponse(message(content, _stop_reason(finished), finished.stop_string,
@@ -213,12 +254,28 @@ async def messages(request: Request, registry: ModelRegistry) -> Response:
         yield emit("ping")
         index = 0
         text_open = False
+        thinking: str | None = None  # the open thinking block's text
         try:
             async with aclosing(events):  # type: ignore[type-var]
                 async for event in events:
                     if isinstance(event, KeepAlive):
                         yield emit("ping")
                         continue
+                    if isinstance(event, ReasoningDelta):
+                        if thinking is None:
+                            thinking = ""
+                            yield emit("content_block_start", index=index, content_block={
+                                "type": "thinking", "thinking": "", "signature": ""})
+                        thinking += event.text
+                        yield emit("content_block_delta", index=index,
+                                   delta={"type": "thinking_delta", "thinking": event.text})
+                        continue
+                    if thinking is not None:
+                        yield emit("content_block_delta", index=index, delta={
+                            "type": "signature_delta",
+                            "signature": thinking_signature(model.name, thinking)})
+                        yield emit("content_block_stop", index=index)
+                        index, thinking = index + 1, None
                     if isinstance(event, TextDelta):
                         if not text_open:
                             yield emit("content_block_start", index=index,

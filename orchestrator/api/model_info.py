@@ -47,6 +47,7 @@ from orchestrator.api.anthropic_messages import ANTHROPIC_ERRORS
 from orchestrator.errors import BadRequestError, ModelNotFoundError, RequestError
 from orchestrator.metrics import lucerna_version
 from orchestrator.models import OUTPUT_CAP_CONTEXT_SHARE, ModelRegistry, ServedModel
+from orchestrator.residency import Residency
 
 __all__ = ["CODEX_BASE_INSTRUCTIONS", "ENDPOINTS", "codex_model", "model_endpoint",
            "model_list", "model_object", "models_endpoint", "props"]
@@ -126,7 +127,9 @@ def model_object(model: ServedModel) -> dict[str, Any]:
         "max_input_tokens": model.n_ctx,
         "max_tokens": model.output_cap,
         "meta": {"architecture": model.info.architecture, "n_ctx": model.n_ctx,
-                 "size_bytes": model.info.size_bytes},
+                 "size_bytes": model.info.size_bytes,
+                 # models on demand: unloaded, starting, ready, parked, ...
+                 "state": Residency.state(model)},
     }
 
 

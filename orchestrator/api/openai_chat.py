@@ -35,6 +35,7 @@ from orchestrator.generation import (
     Event,
     Finished,
     GenerationRequest,
+    ReasoningDelta,
     TextDelta,
     TokenLogprob,
     ToolCall,
@@ -42,6 +43,7 @@ from orchestrator.generation import (
 )
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
+from orchestrator.reasoning import EFFORT_BUDGETS, ReasoningControl
 from orchestrator.tools import OutputPlan, plan_output
 
 __all__ = ["ChatRequest", "chat_completions", "parse_chat_request"]
@@ -56,6 +58,7 @@ class ChatRequest:
     include_usage: bool
     output: OutputPlan
     logprobs: int | None = None  # top_logprobs when logprobs: true
+    reasoning: ReasoningControl | None = None  # reasoning_effort
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -90,7 +93,18 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
                            read_response_format(body.get("response_format"),
                                                 "response_format")),
         logprobs=chat_logprobs(body),
+        reasoning=_reasoning_effort(body),
     )
+
+
+def _reasoning_effort(body: Mapping[str, Any]) -> ReasoningControl | None:
+    effort = fields.string(body, "reasoning_effort")
+    if effort is None:
+        return None
+    if effort not in EFFORT_BUDGETS:
+        raise BadRequestError(f"reasoning_effort must be one of {', '.join(EFFORT_BUDGETS)}, "
+                              f"got {effort!r}", param="reasoning_effort")
+    return ReasoningControl.from_effort(effort)
 
 
 def _tool_call(call: ToolCall) -> dict[str, Any]:
@@ -98,9 +112,12 @@ def _tool_call(call: ToolCall) -> dict[str, Any]:
             "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def _deltas(event: TextDelta | ToolCall, indices: Iterator[int]) -> list[dict[str, Any]]:
+def _deltas(event: TextDelta | ReasoningDelta | ToolCall,
+            indices: Iterator[int]) -> list[dict[str, Any]]:
     if isinstance(event, TextDelta):
         return [{"content": event.text}]
+    if isinstance(event, ReasoningDelta):  # llama-server's and DeepSeek's field
+        return [{"reasoning_content": event.text}]
     index = next(indices)
     return [
         {"tool_calls": [{"index": index, "id": event.id, "type": "function",
@@ -122,7 +139,8 @@ async def chat_completions(request: Request, registry: ModelRegistry) -> Respons
     envelope = OpenAIEnvelope(new_id("chatcmpl-"), model.name, chat.include_usage)
 
     async def build() -> GenerationRequest:
-        generation = await chat_generation(model, chat.messages, chat.output, chat.basics)
+        generation = await chat_generation(model, chat.messages, chat.output, chat.basics,
+                                           chat.reasoning)
         return dataclasses.replace(generation, logprobs=chat.logprobs)
 
     def to_response(generation: GenerationRequest, events: list[Event]) -> Response:
@@ -130,6 +148,9 @@ async def chat_completions(request: Request, registry: ModelRegistry) -> Respons
         calls = [_tool_call(e) for e in events if isinstance(e, ToolCall)]
         finished = next(e for e in events if isinstance(e, Finished))
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+        if reasoning:
+            message["reasoning_content"] = reasoning
         if calls:  # a reply that is only calls has null content, as OpenAI's
             message.update(content=text or None, tool_calls=calls)
         logprobs = (None if chat.logprobs is None
@@ -150,7 +171,8 @@ async def chat_completions(request: Request, registry: ModelRegistry) -> Respons
             pending.clear()
             return out
 
-        def choices(event: TextDelta | ToolCall | TokenLogprob) -> list[dict[str, Any]]:
+        def choices(event: TextDelta | ReasoningDelta | ToolCall | TokenLogprob
+                    ) -> list[dict[str, Any]]:
             if isinstance(event, TokenLogprob):
                 pending.append(event)
                 return []

@@ -2,7 +2,9 @@
 
 Input is a string or a list of items: ``message`` items (text parts), and for
 multi-turn tool use the ``function_call`` items the model made and the
-``function_call_output`` items answering them; ``reasoning`` items are skipped.
+``function_call_output`` items answering them; the text of a ``reasoning`` item
+(its summary, else its content) becomes the next assistant message's
+``reasoning_content``, which a thinking model's template writes back as it expects.
 Nothing is stored: ``previous_response_id`` is refused, so a client sends the whole
 conversation (Codex does, with ``store: false``).
 
@@ -12,6 +14,9 @@ event with a strictly increasing ``sequence_number``: ``response.created``,
 ``content_part.added`` (output_text) → ``output_text.delta``* → ``output_text.done``
 → ``content_part.done`` → ``output_item.done``; for each call ``output_item.added``
 (function_call) → ``function_call_arguments.delta`` → ``.done`` →
+``output_item.done``; for a thinking model's reasoning (orchestrator/reasoning.py),
+before the text, ``output_item.added`` (reasoning) → ``reasoning_summary_part.added``
+→ ``reasoning_summary_text.delta``* → ``.done`` → ``reasoning_summary_part.done`` →
 ``output_item.done``; then exactly one of ``response.completed``,
 ``response.incomplete`` (cut by ``max_output_tokens``) or ``response.failed``.
 """
@@ -39,6 +44,7 @@ from orchestrator.generation import (
     Event,
     Finished,
     GenerationRequest,
+    ReasoningDelta,
     TextDelta,
     TokenLogprob,
     ToolCall,
@@ -46,6 +52,7 @@ from orchestrator.generation import (
 )
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
+from orchestrator.reasoning import EFFORT_BUDGETS, ReasoningControl
 from orchestrator.tools import OutputPlan, plan_output
 
 __all__ = ["ResponsesRequest", "parse_responses_request", "responses"]
@@ -62,6 +69,7 @@ class ResponsesRequest:
     output: OutputPlan
     # include: ["message.output_text.logprobs"]: top_logprobs alternatives per token.
     logprobs: int | None = None
+    reasoning: ReasoningControl | None = None  # reasoning.effort
 
 
 def _input_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -75,6 +83,15 @@ def _input_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise BadRequestError("input must be a string or a non-empty array of items",
                               param="input")
+    reasoning = ""  # from a reasoning item, for the assistant message that follows it
+
+    def assistant(message: dict[str, Any]) -> dict[str, Any]:
+        nonlocal reasoning
+        if reasoning:
+            message = {**message, "reasoning_content": reasoning}
+            reasoning = ""
+        return message
+
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise BadRequestError(f"input[{i}] must be an object", param="input")
@@ -84,21 +101,26 @@ def _input_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             if role is None:
                 raise BadRequestError(f"input[{i}].role must be one of "
                                       f"{', '.join(_MESSAGE_ROLES)}", param="input")
-            messages.append({"role": role, "content": item.get("content")})
+            message = {"role": role, "content": item.get("content")}
+            messages.append(assistant(message) if role == "assistant" else message)
         elif kind == "function_call":
             call = {"id": _text(item, "call_id", i), "type": "function",
                     "function": {"name": _text(item, "name", i),
                                  "arguments": _text(item, "arguments", i)}}
             # Calls made in one turn belong to that turn's assistant message.
             if messages and messages[-1]["role"] == "assistant":
-                messages[-1] = {**messages[-1],
-                                "tool_calls": [*messages[-1].get("tool_calls", []), call]}
+                messages[-1] = assistant({**messages[-1], "tool_calls":
+                                          [*messages[-1].get("tool_calls", []), call]})
             else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                messages.append(assistant({"role": "assistant", "content": "",
+                                           "tool_calls": [call]}))
         elif kind == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": _text(item, "call_id", i),
                              "content": item.get("output")})
-        elif kind != "reasoning":  # reasoning items carry nothing a template can use
+        elif kind == "reasoning":
+            parts = item.get("summary") or item.get("content") or []
+            reasoning += "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        else:
             raise BadRequestError(f"input[{i}] has type {kind!r}, which this server does not "
                                   "support", param="input")
     return messages
@@ -124,7 +146,18 @@ def parse_responses_request(body: Mapping[str, Any]) -> ResponsesRequest:
         output=plan_output(read_tools(body, "responses"), read_tool_choice(body, "responses"),
                            read_response_format(text.get("format"), "text.format")),
         logprobs=responses_logprobs(body),
+        reasoning=_reasoning_effort(body),
     )
+
+
+def _reasoning_effort(body: Mapping[str, Any]) -> ReasoningControl | None:
+    effort = fields.object_field(body, "reasoning").get("effort")
+    if effort is None:
+        return None
+    if effort not in EFFORT_BUDGETS:
+        raise BadRequestError(f"reasoning.effort must be one of {', '.join(EFFORT_BUDGETS)}, "
+                              f"got {effort!r}", param="reasoning.effort")
+    return ReasoningControl.from_effort(effort)
 
 
 @dataclass
@@ -142,6 +175,38 @@ class _Output:
     # Logprobs of tokens whose text has not been noted yet, and of the open message.
     _pending: list[dict[str, Any]] = field(default_factory=list)
     _logprobs: list[dict[str, Any]] = field(default_factory=list)
+    _reasoning_id: str | None = None  # the reasoning item being written, if one is open
+    _reasoning: str = ""
+
+    def reasoning(self, delta: ReasoningDelta) -> None:
+        if self._reasoning_id is None:
+            self._reasoning_id, self._reasoning = new_id("rs_"), ""
+            self._note("response.output_item.added", output_index=len(self.items),
+                       item=self._reasoning_item([]))
+            self._note("response.reasoning_summary_part.added", **self._summary_ref(),
+                       part=_summary(""))
+        self._reasoning += delta.text
+        self._note("response.reasoning_summary_text.delta", **self._summary_ref(),
+                   delta=delta.text)
+
+    def _reasoning_item(self, summary: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self._reasoning_id, "type": "reasoning", "summary": summary}
+
+    def _summary_ref(self) -> dict[str, Any]:
+        return {"item_id": self._reasoning_id, "output_index": len(self.items),
+                "summary_index": 0}
+
+    def _close_reasoning(self) -> None:
+        if self._reasoning_id is None:
+            return
+        self._note("response.reasoning_summary_text.done", **self._summary_ref(),
+                   text=self._reasoning)
+        self._note("response.reasoning_summary_part.done", **self._summary_ref(),
+                   part=_summary(self._reasoning))
+        done = self._reasoning_item([_summary(self._reasoning)])
+        self._note("response.output_item.done", output_index=len(self.items), item=done)
+        self.items.append(done)
+        self._reasoning_id = None
 
     def logprob(self, logprob: TokenLogprob) -> None:
         self._pending.append(chat_entry(logprob))
@@ -158,6 +223,7 @@ class _Output:
                 "content_index": 0}
 
     def text(self, delta: TextDelta) -> None:
+        self._close_reasoning()
         if self._message_id is None:
             self._message_id, self._text = new_id("msg_"), ""
             self._note("response.output_item.added", output_index=len(self.items),
@@ -172,6 +238,7 @@ class _Output:
 
     def call(self, call: ToolCall) -> None:
         self.close()
+        self._close_reasoning()
         item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
                 "call_id": call.id, "name": call.name, "arguments": ""}
         ref = {"item_id": item["id"], "output_index": len(self.items)}
@@ -185,6 +252,7 @@ class _Output:
 
     def close(self, status: str = "completed") -> None:
         """End the open message item, if any (``incomplete`` when cut by the token limit)."""
+        self._close_reasoning()
         if self._message_id is None:
             return
         self._logprobs += self._pending  # held-back text that never showed
@@ -204,6 +272,10 @@ def _output_text(text: str, logprobs: list[dict[str, Any]] | None = None) -> dic
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
+def _summary(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
+
+
 def _usage(finished: Finished) -> dict[str, Any]:
     details = {"cached_tokens": finished.cached_tokens}
     if finished.compressed_tokens:  # PFlash removed these before the prefill
@@ -212,7 +284,7 @@ def _usage(finished: Finished) -> dict[str, Any]:
         "input_tokens": finished.prompt_tokens,
         "input_tokens_details": details,
         "output_tokens": finished.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": finished.reasoning_tokens},
         "total_tokens": finished.prompt_tokens + finished.completion_tokens,
     }
 
@@ -257,7 +329,8 @@ async def responses(request: Request, registry: ModelRegistry) -> Response:
         return "incomplete" if finished.finish_reason == "length" else "completed"
 
     async def build() -> GenerationRequest:
-        generation = await chat_generation(model, parsed.messages, parsed.output, parsed.basics)
+        generation = await chat_generation(model, parsed.messages, parsed.output, parsed.basics,
+                                           parsed.reasoning)
         return dataclasses.replace(generation, logprobs=parsed.logprobs)
 
     def collect(events: list[Event], output: _Output) -> Finished | None:
@@ -269,6 +342,8 @@ async def responses(request: Request, registry: ModelRegistry) -> Response:
                 output.call(event)
             elif isinstance(event, TokenLogprob):
                 output.logprob(event)
+            elif isinstance(event, ReasoningDelta):
+                output.reasoning(event)
             else:
                 finished = event
                 output.close("incomplete" if event.finish_reason == "length" else "completed")

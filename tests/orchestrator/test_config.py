@@ -104,6 +104,9 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
         idle = "90s"
         idle_action = "stop"
         group = "gpu0"
+        chat_template_file = "models/m.gguf"
+        reasoning_effort = "low"
+        reasoning_budget = 300
 
         [models.restart]
         max_failures = 2
@@ -129,6 +132,8 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
     assert (model.queue_limit, model.max_output_tokens) == (3, 100)
     assert (model.load, model.idle_s, model.idle_action, model.group) == (
         "on_demand", 90.0, "stop", "gpu0")
+    assert (model.chat_template_file, model.reasoning_effort, model.reasoning_budget) == (
+        str(tmp_path / "models" / "m.gguf"), "low", 300)
     assert model.restart == RestartPolicy(first_delay_s=0.1, base_delay_s=0.2, max_delay_s=1,
                                           max_failures=2, healthy_after_s=5)
 
@@ -169,6 +174,10 @@ MODEL = '[[models]]\nname = "m"\npath = "default"\n'
     (MODEL + 'idle = "soon"\n', "models[0] (m).idle", "not a duration"),
     (MODEL + 'idle = "-5s"\n', "models[0] (m).idle", "not a positive duration"),
     (MODEL + 'idle_action = "sleep"\n', "models[0] (m).idle_action", "unknown action"),
+    (MODEL + 'reasoning_effort = "max"\n', "models[0] (m).reasoning_effort", "unknown effort"),
+    (MODEL + "reasoning_budget = -1\n", "models[0] (m).reasoning_budget", ">= 0"),
+    (MODEL + 'chat_template_file = "no.jinja"\n', "models[0] (m).chat_template_file",
+     "is not a file"),
 ])
 def test_mistakes_name_the_file_the_key_and_the_fix(
     tmp_path: Path, text: str, key: str, words: str,

@@ -89,7 +89,10 @@ def test_anthropic_turns_become_hf_messages() -> None:
     assert parsed.messages == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
+        # The thinking block is the turn's reasoning, for the template to write back or
+        # drop (orchestrator/reasoning.py).
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "hm",
+         "tool_calls": [
             {"id": "t1", "type": "function",
              "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
         {"role": "tool", "tool_call_id": "t1", "content": "Error: no data"},
