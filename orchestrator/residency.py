@@ -195,7 +195,10 @@ class Residency:
             victim = min(idle, key=self._last_used)
             log.info("model %s: parking %s (least recently used) to make room in group %r",
                      model.name, victim.name, group)
-            await self.park(victim, "lru")
+            if not await self.park(victim, "lru"):
+                log.warning("model %s: %s could not be parked (busy again); waking anyway",
+                            model.name, victim.name)
+                return
 
     # --- park and stop ---------------------------------------------------------------
 
@@ -205,6 +208,8 @@ class Residency:
         async with r.lock:
             client = model.supervisor.client
             if model.supervisor.state is not DaemonState.READY or client is None or r.parked:
+                return False
+            if reason != "request" and model.queue.busy:  # a request came meanwhile
                 return False
             started = time.monotonic()
             try:
@@ -222,6 +227,8 @@ class Residency:
         async with r.lock:
             if model.supervisor.state in (DaemonState.UNLOADED, DaemonState.FAILED,
                                           DaemonState.STOPPED):
+                return False
+            if reason != "request" and model.queue.busy:  # a request came meanwhile
                 return False
             started = time.monotonic()
             await model.supervisor.stop()
