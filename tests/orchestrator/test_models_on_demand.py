@@ -203,3 +203,33 @@ def test_wakes_and_parks_are_metrics(server: LucernaServer) -> None:
             f'{a["parks"]["park:lru"]}.0') in text
     assert 'lucerna_model_wake_seconds_total{kind="unpark",model="p"}' in text
     assert 'lucerna_model_parked{model="b"} 1.0' in text
+
+
+def test_park_keeps_the_prefix_caches_snapshots_and_a_stop_forgets_them(
+        server: LucernaServer) -> None:
+    # The daemon's snapshot slots survive a park; a stopped daemon's are gone, and its
+    # successor's PrefixCache.daemon_started forgets the index.
+    first = [{"role": "system", "content": "You name things. " * 8},
+             {"role": "user", "content": "Name a colour."}]
+    other = [{"role": "user", "content": "Name a fruit, please."}]
+
+    def cached(model: str, messages: list[dict[str, str]]) -> int:
+        reply = httpx.post(f"{server.base_url}/v1/chat/completions", headers=AUTH, timeout=120,
+                           json={**ASK, "model": model, "messages": messages})
+        assert reply.status_code == 200, reply.text
+        return int(reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    def entries(model: str) -> int:
+        status = httpx.get(f"{server.base_url}/status", headers=AUTH).json()
+        return int(status["models"][model]["prefix_cache"]["ram_entries"])
+
+    for model, sleeps_as in (("p", "parked"), ("s", "unloaded")):
+        cached(model, first)
+        cached(model, other)  # another conversation: the first one's state is kept
+        assert entries(model) >= 1, model
+        wait_state(server, model, sleeps_as)
+        again = cached(model, first)
+        if sleeps_as == "parked":
+            assert again > 0, model
+        else:
+            assert again == 0, model
