@@ -96,7 +96,9 @@ async def chat_generation(model: ServedModel, messages: Sequence[Mapping[str, An
     _, _, template = await model.ready_parts()
     form = None if template.is_fallback else ReasoningFormat.of(template.source)
     control = (reasoning or ReasoningControl()).over(model.reasoning)
-    off = control.enabled is False
+    # A constrained output (a forced tool call, a JSON format) is the answer from its
+    # first token: the grammar leaves no room for a reasoning block.
+    off = control.enabled is False or output.json_schema is not None
     variables = {form.switch: False} if form is not None and off and form.switch else None
     prompt = await chat_prompt(model, messages, output.template_tools, variables)
     plan = None if form is None else ReasoningPlan(

@@ -236,3 +236,19 @@ def test_a_model_without_a_block_is_all_answer(default_model: Path) -> None:
 
     assert read_gguf_info(default_model).chat_template is None
     assert ReasoningFormat.of("{{ '<|im_start|>assistant\\n' }}") is None
+
+
+def test_a_forced_tool_call_skips_the_reasoning_block(server: LucernaServer) -> None:
+    # A grammar constrains the output from its first token: the block is closed (by the
+    # template's switch) so the call is the answer, not text inside the reasoning.
+    tool = {"type": "function", "function": {"name": "units", "parameters": {
+        "type": "object", "properties": {"unit": {"type": "string", "enum": ["c", "f"]}},
+        "required": ["unit"], "additionalProperties": False}}}
+    reply = chat(server, model="think", tools=[tool], tool_choice="required", max_tokens=60)
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", reply
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "units"
+    assert json.loads(call["function"]["arguments"])["unit"] in ("c", "f")
+    assert "reasoning_content" not in choice["message"]
+    assert reply["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
