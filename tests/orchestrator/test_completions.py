@@ -29,7 +29,12 @@ def test_stream_and_non_stream_agree(server) -> None:  # type: ignore[no-untyped
     assert len({c.id for c in chunks}) == 1
     assert all(c.object == "text_completion" for c in chunks)
     *texts, usage = chunks
-    assert usage.choices == [] and usage.usage == plain.usage
+    assert usage.choices == [] and usage.usage is not None
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    assert [getattr(usage.usage, k) for k in counts] == [getattr(plain.usage, k) for k in counts]
+    # The same prompt again: its state came from the prefix cache.
+    assert usage.usage.prompt_tokens_details is not None
+    assert usage.usage.prompt_tokens_details.cached_tokens > 0
     assert all(c.usage is None for c in texts)
     assert "".join(c.choices[0].text for c in texts) == choice.text
     assert [c.choices[0].finish_reason for c in texts][-1] == "length"
