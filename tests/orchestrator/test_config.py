@@ -85,6 +85,9 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
         log_level = "debug"
         default_model = "m"
         group_memory_mib = { gpu0 = 512 }
+        cache_ram_mib = 64
+        kv_cache_dir = "kv"
+        kv_cache_dir_mib = 128
 
         [[models]]
         name = "m"
@@ -122,6 +125,8 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
     assert server.cors_origins == ("http://localhost:3000", "https://app.example")
     assert server.log_level == "DEBUG"
     assert (server.default_model, server.group_memory_mib) == ("m", {"gpu0": 512})
+    assert (server.cache_ram_mib, server.kv_cache_dir, server.kv_cache_dir_mib) == (
+        64, str(tmp_path / "kv"), 128)
     (model,) = config.models
     assert model.path == str(tmp_path / "models" / "m.gguf")  # relative to the file
     assert (model.role, model.n_ctx, model.threads, model.n_gpu_layers, model.chunk,
@@ -170,6 +175,8 @@ MODEL = '[[models]]\nname = "m"\npath = "default"\n'
     ('[server]\ndefault_model = "mm"\n' + MODEL, "server.default_model", "did you mean 'm'"),
     ("[server]\ngroup_memory_mib = { default = 0 }\n" + MODEL, "server.group_memory_mib",
      "positive integer"),
+    ("[server]\ncache_ram_mib = -1\n" + MODEL, "server.cache_ram_mib", "prefix cache's host RAM"),
+    ("[server]\nkv_cache_dir_mib = \"lots\"\n" + MODEL, "server.kv_cache_dir_mib", "disk budget"),
     (MODEL + 'load = "lazy"\n', "models[0] (m).load", "unknown mode"),
     (MODEL + 'idle = "soon"\n', "models[0] (m).idle", "not a duration"),
     (MODEL + 'idle = "-5s"\n', "models[0] (m).idle", "not a positive duration"),
@@ -244,6 +251,8 @@ def test_per_model_and_server_flags_override_the_file() -> None:
     (Overrides(n_ctx=4), "--n-ctx"), (Overrides(port=-1), "--port"),
     (Overrides(port=70000), "--port"), (Overrides(queue_limit=-2), "--queue-limit"),
     (Overrides(shutdown_timeout=-1.0), "--shutdown-timeout"),
+    (Overrides(cache_ram_mib=-1), "--cache-ram"),
+    (Overrides(kv_cache_dir_mib=-5), "--kv-cache-dir-mib"),
 ])
 def test_bad_flag_values_are_refused(flags: Overrides, flag: str) -> None:
     with pytest.raises(ConfigError, match=f"^{flag}: .*Fix: "):
