@@ -21,6 +21,7 @@ import httpx
 import trio
 
 from orchestrator.bench.client import Endpoint, stream_request
+from orchestrator.bench.interference import InterferenceMeter
 from orchestrator.bench.prompts import prompt_set
 from orchestrator.bench.servers import (
     BenchServerError,
@@ -70,7 +71,12 @@ async def _first_turn(endpoint: Endpoint, max_tokens: int,
                                     max_tokens=min(max_tokens, _WARMUP_TOKENS))
         if not warm.ok:
             progress(f"  warm-up failed: {warm.error}")
-        return await stream_request(client, endpoint, agent.prompts[0], max_tokens=max_tokens)
+        others = InterferenceMeter([endpoint.pid])
+        others.start()
+        timing = await stream_request(client, endpoint, agent.prompts[0],
+                                      max_tokens=max_tokens)
+        timing.interference = others.stop()
+        return timing
 
 
 def measure_disk_restart(settings: ServerSettings, model_name: str, logs: Path, *,
@@ -93,7 +99,7 @@ def measure_disk_restart(settings: ServerSettings, model_name: str, logs: Path, 
             ttft = "failed: " + str(timing.error) if not timing.ok else (
                 f"ttft {(timing.ttft_s or 0) * 1000:.0f} ms")
             progress(f"  turn 1 {ttft}, {timing.prompt_tokens} prompt tokens, "
-                     f"{timing.cached_tokens} cached")
+                     f"{timing.cached_tokens} cached, others {timing.interference or 0:.0%}")
             status = (_wait_for_disk_writes(server, kv_dir) if phase == "cold"
                       else _cache_status(server))
         finally:
@@ -109,13 +115,14 @@ def measure_disk_restart(settings: ServerSettings, model_name: str, logs: Path, 
 def disk_restart_table(result: dict[str, Any]) -> str:
     """The restart measurement as markdown."""
     lines = ["\nLucerna, agent turn 1 across a restart with --kv-cache-dir:\n",
-             "| run | TTFT ms | prompt tok | cached tok | disk writes | disk loads |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| run | TTFT ms | prompt tok | cached tok | disk writes | disk loads | others % |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for phase in ("cold", "warm"):
         r, status = result[phase]["request"], result[phase]["prefix_cache"]
         ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s'] * 1000:.0f}"
+        others = "-" if r["interference"] is None else f"{r['interference'] * 100:.0f}"
         lines.append(f"| {phase} | {ttft} | {r['prompt_tokens']} | {r['cached_tokens']} "
-                     f"| {status.get('disk_writes')} | {status.get('disk_loads')} |")
+                     f"| {status.get('disk_writes')} | {status.get('disk_loads')} | {others} |")
     ratio = result.get("ttft_ratio")
     lines.append(f"\nwarm / cold TTFT: {'-' if ratio is None else f'{ratio:.3f}'}")
     return "\n".join(lines) + "\n"
