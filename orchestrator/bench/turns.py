@@ -5,8 +5,9 @@ whose ids read ``c<conversation>.t<turn>`` are turns; for every conversation and
 
 - each turn's TTFT, prompt tokens and the cached tokens the server reported, and the
   new tokens (prompt minus cached) it had to prefill;
-- the sum of the TTFTs over the conversation, and with two targets its ratio
-  (candidate / baseline) and each turn's;
+- the sum of the TTFTs over the conversation, and over turns 2 on (where a cache can
+  help; turn 1 is cold on every target), and with two targets their ratios (candidate
+  / baseline) and each turn's;
 - the share of the machine other programs took during each turn (``interference.py``),
   and how many turns ran quiet on every target (under ``QUIET_SHARE``);
 - from turn 2 on, TTFT over an *estimate* of the time to prefill only the new tokens:
@@ -61,6 +62,8 @@ def _target_turns(requests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "turns": rows,
         "sum_ttft_s": sum(row["ttft_s"] for row in rows) if all_ok else None,
+        "sum_ttft_after_turn_1_s": (sum(row["ttft_s"] for row in rows if row["turn"] > 1)
+                                    if all_ok else None),
         "cold_prefill_tps": rate,
         "ttft_over_estimate_max": max(over, default=None),
         "ttft_over_estimate_mean": sum(over) / len(over) if over else None,
@@ -96,8 +99,9 @@ def conversation_figures(runs: Sequence[Mapping[str, Any]],
         if len(labels) == 2 and all(label in targets for label in labels):
             a, b = (targets[label] for label in labels)
             entry["candidate"], entry["baseline"] = labels
-            entry["sum_ttft_ratio"] = (a["sum_ttft_s"] / b["sum_ttft_s"]
-                                       if a["sum_ttft_s"] and b["sum_ttft_s"] else None)
+            for key in ("sum_ttft_s", "sum_ttft_after_turn_1_s"):
+                entry[key.removesuffix("_s") + "_ratio"] = (a[key] / b[key]
+                                                            if a[key] and b[key] else None)
             entry["ttft_ratios"] = [
                 x["ttft_s"] / y["ttft_s"] if x["ttft_s"] and y["ttft_s"] else None
                 for x, y in zip(a["turns"], b["turns"], strict=False)]
@@ -151,11 +155,17 @@ def conversation_tables(conversations: Sequence[Mapping[str, Any]]) -> str:
         sums = ", ".join(
             f"{label} {_num(t['sum_ttft_s'])} s" for label, t in zip(labels, targets,
                                                                     strict=True))
-        ratio_text = (f"; {labels[0]}/{labels[1]} {_num(conv.get('sum_ttft_ratio'), 3)}"
-                      if ratios is not None else "")
+        later = ", ".join(
+            f"{label} {_num(t['sum_ttft_after_turn_1_s'])} s"
+            for label, t in zip(labels, targets, strict=True))
+        ratio_text = later_ratio = ""
+        if ratios is not None:
+            ratio_text = f"; {labels[0]}/{labels[1]} {_num(conv.get('sum_ttft_ratio'), 3)}"
+            later_ratio = f"; {_num(conv.get('sum_ttft_after_turn_1_ratio'), 3)}"
         rates = ", ".join(f"{label} {_num(t['cold_prefill_tps'], 0)} tok/s"
                           for label, t in zip(labels, targets, strict=True))
-        lines.append(f"\nSum of TTFTs: {sums}{ratio_text}. Turn 1 prefill rate: {rates}. "
+        lines.append(f"\nSum of TTFTs: {sums}{ratio_text}. Turns 2 on: {later}{later_ratio}. "
+                     f"Turn 1 prefill rate: {rates}. "
                      f"Quiet turns (others under {QUIET_SHARE:.0%} on every target): "
                      f"{conv['quiet_turns']}/{len(targets[0]['turns'])}.")
         parts.append("\n".join(lines))

@@ -187,7 +187,9 @@ def test_turn_figures_compare_each_turn_with_its_new_tokens_at_turn_1s_rate() ->
     assert conv["quiet_turns"] == 1  # turn 2 of b was disturbed
     assert ("| 2 | 300 | 500 | 0.60 | 4500 / 4500 | 4300 / 4000 | 1.50 | 0.80 | 0 / 50 |"
             in table)
-    assert "Sum of TTFTs: a 4.30 s, b 5.50 s; a/b 0.782" in table
+    assert conv["sum_ttft_after_turn_1_ratio"] == pytest.approx(0.6)
+    assert ("Sum of TTFTs: a 4.30 s, b 5.50 s; a/b 0.782. Turns 2 on: a 0.30 s, b 0.50 s; "
+            "0.600." in table)
     assert "an estimate" in table
 
 
