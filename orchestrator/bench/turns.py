@@ -99,9 +99,9 @@ def conversation_figures(runs: Sequence[Mapping[str, Any]],
         if len(labels) == 2 and all(label in targets for label in labels):
             a, b = (targets[label] for label in labels)
             entry["candidate"], entry["baseline"] = labels
-            for key in ("sum_ttft_s", "sum_ttft_after_turn_1_s"):
-                entry[key.removesuffix("_s") + "_ratio"] = (a[key] / b[key]
-                                                            if a[key] and b[key] else None)
+            for total in ("sum_ttft_s", "sum_ttft_after_turn_1_s"):
+                entry[total.removesuffix("_s") + "_ratio"] = (
+                    a[total] / b[total] if a[total] and b[total] else None)
             entry["ttft_ratios"] = [
                 x["ttft_s"] / y["ttft_s"] if x["ttft_s"] and y["ttft_s"] else None
                 for x, y in zip(a["turns"], b["turns"], strict=False)]
