@@ -168,3 +168,11 @@ async def test_upstream_failures_are_bad_gateway(upstream: LucernaServer) -> Non
             async for _ in upstream_events(settings, request, "proxied"):
                 pass
         assert failed.value.status == 502
+
+
+def test_logprobs_are_a_400_in_proxy_mode(proxy: LucernaServer) -> None:
+    """The upstream generates and its chunks carry no logprobs: say so, do not drop them."""
+    with pytest.raises(openai.BadRequestError) as bad:
+        openai_client(proxy).chat.completions.create(
+            model="proxied", messages=MESSAGES, max_tokens=4, logprobs=True)  # type: ignore[arg-type]
+    assert bad.value.param == "logprobs" and "gives no logprobs" in bad.value.message
