@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from daemons.native import NativeBuild
+from tests.native.test_roles import GENERATING_CAPS
 
 GEMMA_READY = {
     "protocol": "1",
@@ -20,10 +21,7 @@ GEMMA_READY = {
     "backend": "cpu",
     "engine": "llama-cpp-python-0.3.36",
     "version": "0.1.0",
-    "capabilities": (
-        "generate,tokenize,detokenize,vocab,stats,cancel,snapshot,restore,free_snapshot,"
-        "list_slots,park,unpark,quit"
-    ),
+    "capabilities": GENERATING_CAPS,
 }
 
 
@@ -34,8 +32,12 @@ def test_ready_line_of_the_default_model(
     first = daemon.readline()
     assert first.startswith("ready ")
     fields = dict(word.split("=", 1) for word in first.split(" ")[1:])
+    # state_id names the model file as it is on this disk (PROTOCOL.md 2): its form only.
+    state_id = fields.pop("state_id")
+    assert len(state_id) == 16 and int(state_id, 16) >= 0
     assert fields == GEMMA_READY
-    assert first == "ready " + " ".join(f"{k}={v}" for k, v in GEMMA_READY.items())
+    assert first == "ready " + " ".join(
+        f"{k}={v}" for k, v in {**GEMMA_READY, "state_id": state_id}.items())
     assert daemon.quit() == 0
 
 
