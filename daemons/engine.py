@@ -16,16 +16,15 @@ Cache layout (``lucerna_cache_dir()``)::
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemons._build import Progress, cmake_build_once
+from daemons._fetch import fetch_pinned
 from daemons._locking import file_lock
 from daemons.errors import BuildError
 from daemons.paths import lucerna_cache_dir
@@ -121,43 +120,6 @@ def engine_root(pin: EnginePin) -> Path:
     return lucerna_cache_dir() / "engine" / pin.name
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _download_sdist(pin: EnginePin, progress: Progress) -> Path:
-    downloads = lucerna_cache_dir() / "downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    sdist = downloads / pin.sdist_filename
-    if sdist.exists() and _sha256(sdist) == pin.sha256:
-        return sdist
-    progress(f"downloading {pin.package}=={pin.version} sdist (the pinned llama.cpp, ~77 MB)")
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-        "--dest", str(downloads), f"{pin.package}=={pin.version}",
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0 or not sdist.exists():
-        raise BuildError(
-            f"could not download {pin.package}=={pin.version}: "
-            f"{result.stderr.strip().splitlines()[-1:] or result.stdout[-400:]}"
-            " (check that PyPI is reachable, or place the sdist in "
-            f"{downloads})"
-        )
-    actual = _sha256(sdist)
-    if actual != pin.sha256:
-        sdist.unlink()
-        raise BuildError(
-            f"{pin.sdist_filename} has sha256 {actual}, expected {pin.sha256}; "
-            "refusing to build an engine that is not the pinned one"
-        )
-    return sdist
-
-
 def ensure_engine_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print) -> Path:
     """Return the unpacked llama.cpp tree of the pinned sdist, fetching it if needed."""
     root = engine_root(pin)
@@ -168,7 +130,9 @@ def ensure_engine_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print
     with file_lock(root / ".lock"):
         if stamp.exists() and stamp.read_text().strip() == pin.sha256 and source.is_dir():
             return source
-        sdist = _download_sdist(pin, progress)
+        sdist = fetch_pinned(pin.package, pin.version, pin.sdist_filename, pin.sha256,
+                             binary=False, what="the pinned llama.cpp, ~77 MB sdist",
+                             error=BuildError, progress=progress)
         progress(f"unpacking llama.cpp from {sdist.name}")
         prefix = f"{pin.sdist_filename.removesuffix('.tar.gz')}/vendor/llama.cpp/"
         staging = root / "src.partial"
