@@ -1,4 +1,6 @@
-"""Fixtures shared by the PFlash tests (test_prefill, test_niah): one compressing server."""
+"""Fixtures shared by several test modules: one compressing server (test_prefill,
+test_niah) and two models behind an API key (test_model_retrieval,
+test_tokenize_endpoints)."""
 
 from __future__ import annotations
 
@@ -33,3 +35,36 @@ def prefill_server(native, default_model, tmp_path_factory) -> Iterator[LucernaS
         yield srv
     finally:
         srv.stop()
+
+
+# Two models behind an API key: the default gemma3-270m and the qwen3 test model under
+# an id with a slash, as Hugging Face style ids have.
+PAIR_KEY = "pair-key-0123"
+PAIR_N_CTX = 1024
+GEMMA, QWEN = "gemma3-270m", "test/qwen3"
+
+
+@pytest.fixture(scope="session")
+def keyed_pair(native, default_model, test_models, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+    folder = tmp_path_factory.mktemp("keyed_pair")
+    (folder / "keys").write_text(f"{PAIR_KEY}\n")
+    config = folder / "lucerna.toml"
+    config.write_text(f"""
+[server]
+api_key_file = "keys"
+
+[[models]]
+name = "{GEMMA}"
+path = "default"
+
+[[models]]
+name = "{QWEN}"
+path = "{test_models['qwen3']}"
+""")
+    server = LucernaServer(folder / "serve.log", "--config", str(config), "--n-ctx",
+                           str(PAIR_N_CTX))
+    try:
+        server.wait_healthy()
+        yield server
+    finally:
+        server.stop()

@@ -8,7 +8,6 @@ Hugging Face style ids have.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -16,36 +15,15 @@ import openai
 import pytest
 
 from tests.conftest import LucernaServer
+from tests.orchestrator.conftest import GEMMA, PAIR_KEY, PAIR_N_CTX, QWEN
 
-KEY = "retrieval-key-0123"
-N_CTX = 1024
-IDS = ["gemma3-270m", "test/qwen3"]
+KEY, N_CTX = PAIR_KEY, PAIR_N_CTX
+IDS = [GEMMA, QWEN]
 
 
-@pytest.fixture(scope="module")
-def served(native, default_model, test_models,  # type: ignore[no-untyped-def]
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[LucernaServer]:
-    folder = tmp_path_factory.mktemp("retrieval")
-    (folder / "keys").write_text(f"{KEY}\n")
-    config = folder / "lucerna.toml"
-    config.write_text(f"""
-[server]
-api_key_file = "keys"
-
-[[models]]
-name = "gemma3-270m"
-path = "default"
-
-[[models]]
-name = "test/qwen3"
-path = "{test_models['qwen3']}"
-""")
-    server = LucernaServer(folder / "serve.log", "--config", str(config), "--n-ctx", str(N_CTX))
-    try:
-        server.wait_healthy()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def served(keyed_pair: LucernaServer) -> LucernaServer:
+    return keyed_pair
 
 
 def openai_client(server: LucernaServer) -> openai.OpenAI:

@@ -7,44 +7,21 @@ vocabulary), so ``model`` has to pick the tokenizer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import LucernaServer
+from tests.orchestrator.conftest import GEMMA, PAIR_KEY, QWEN
 
-KEY = "tokenize-key-0123"
-AUTH = {"Authorization": f"Bearer {KEY}"}
-GEMMA, QWEN = "gemma3-270m", "qwen3-test"
+AUTH = {"Authorization": f"Bearer {PAIR_KEY}"}
 TEXT = "Hello world, the lamp is lit."
 
 
-@pytest.fixture(scope="module")
-def served(native, default_model, test_models,  # type: ignore[no-untyped-def]
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[LucernaServer]:
-    folder = tmp_path_factory.mktemp("tokenize")
-    (folder / "keys").write_text(f"{KEY}\n")
-    config = folder / "lucerna.toml"
-    config.write_text(f"""
-[server]
-api_key_file = "keys"
-
-[[models]]
-name = "{GEMMA}"
-path = "default"
-
-[[models]]
-name = "{QWEN}"
-path = "{test_models['qwen3']}"
-""")
-    server = LucernaServer(folder / "serve.log", "--config", str(config), "--n-ctx", "1024")
-    try:
-        server.wait_healthy()
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def served(keyed_pair: LucernaServer) -> LucernaServer:
+    return keyed_pair
 
 
 def post(server: LucernaServer, path: str, body: Any,
@@ -178,4 +155,4 @@ def test_both_need_the_key(served: LucernaServer) -> None:
         assert refused.json()["error"]["code"] == "invalid_api_key"
         assert post(served, path, body, headers={"Authorization": "Bearer wrong"}
                     ).status_code == 401
-        assert post(served, path, body, headers={"x-api-key": KEY}).status_code == 200
+        assert post(served, path, body, headers={"x-api-key": PAIR_KEY}).status_code == 200
