@@ -129,22 +129,24 @@ def sse_events(server: LucernaServer, path: str, body: dict[str, Any]) -> list[s
 
 
 def test_keepalive_during_a_long_prefill_in_each_dialect(agent_ready: LucernaServer) -> None:
+    # Each dialect's prompt starts differently: the prefix cache would otherwise restore
+    # the first one's prefill for the next, and there would be no long prefill to wait on.
     chat = sse_events(agent_ready, "/v1/chat/completions", {
         "model": MODEL, "max_tokens": 2,
-        "messages": [{"role": "user", "content": LONG_PROMPT}]})
+        "messages": [{"role": "user", "content": "Chat. " + LONG_PROMPT}]})
     # OpenAI clients skip comments; a chunk would reach users as an empty delta.
     assert chat.count(": keepalive") >= 2
     assert chat[-1] == "data: [DONE]"
 
     messages = sse_events(agent_ready, "/v1/messages", {
         "model": MODEL, "max_tokens": 2,
-        "messages": [{"role": "user", "content": LONG_PROMPT}]})
+        "messages": [{"role": "user", "content": "Messages. " + LONG_PROMPT}]})
     kinds = [block.split("\n")[0] for block in messages]
     assert kinds[0] == "event: message_start" and kinds[-1] == "event: message_stop"
     assert kinds.count("event: ping") >= 3  # Anthropic's own keep-alive event
 
     responses = sse_events(agent_ready, "/v1/responses", {
-        "model": MODEL, "max_output_tokens": 2, "input": LONG_PROMPT})
+        "model": MODEL, "max_output_tokens": 2, "input": "Responses. " + LONG_PROMPT})
     events = [json.loads(block.split("data: ", 1)[1]) for block in responses]
     # Real events (Codex's idle timer ignores comments): the same response, in order.
     progress = [e for e in events if e["type"] == "response.in_progress"]
