@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import BadRequestError
+from orchestrator.reasoning import EFFORT_BUDGETS, ReasoningControl
 from protocol import SamplingParams
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "model_name",
     "number",
     "object_field",
+    "reasoning_effort",
     "sampling",
     "stop_strings",
     "string",
@@ -161,3 +163,14 @@ def basics(body: Mapping[str, Any], *, max_tokens: tuple[str, ...] = ("max_token
         sampling=sampling(body),
         stop=stop_strings(body, stop) if stop else (),
     )
+
+
+def reasoning_effort(effort: object, param: str) -> ReasoningControl | None:
+    """A reasoning effort as the request named it at ``param`` (``reasoning_effort``,
+    ``reasoning.effort``); None when it named none."""
+    if effort is None:
+        return None
+    if effort not in EFFORT_BUDGETS:
+        raise BadRequestError(f"{param} must be one of {', '.join(EFFORT_BUDGETS)}, "
+                              f"got {effort!r}", param=param)
+    return ReasoningControl.from_effort(str(effort))

@@ -43,7 +43,7 @@ from orchestrator.generation import (
 )
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
-from orchestrator.reasoning import EFFORT_BUDGETS, ReasoningControl
+from orchestrator.reasoning import ReasoningControl
 from orchestrator.tools import OutputPlan, plan_output
 
 __all__ = ["ChatRequest", "chat_completions", "parse_chat_request"]
@@ -93,18 +93,9 @@ def parse_chat_request(body: Mapping[str, Any]) -> ChatRequest:
                            read_response_format(body.get("response_format"),
                                                 "response_format")),
         logprobs=chat_logprobs(body),
-        reasoning=_reasoning_effort(body),
+        reasoning=fields.reasoning_effort(fields.string(body, "reasoning_effort"),
+                                          "reasoning_effort"),
     )
-
-
-def _reasoning_effort(body: Mapping[str, Any]) -> ReasoningControl | None:
-    effort = fields.string(body, "reasoning_effort")
-    if effort is None:
-        return None
-    if effort not in EFFORT_BUDGETS:
-        raise BadRequestError(f"reasoning_effort must be one of {', '.join(EFFORT_BUDGETS)}, "
-                              f"got {effort!r}", param="reasoning_effort")
-    return ReasoningControl.from_effort(effort)
 
 
 def _tool_call(call: ToolCall) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from orchestrator.generation import (
 )
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
-from orchestrator.reasoning import EFFORT_BUDGETS, ReasoningControl
+from orchestrator.reasoning import ReasoningControl
 from orchestrator.tools import OutputPlan, plan_output
 
 __all__ = ["ResponsesRequest", "parse_responses_request", "responses"]
@@ -146,18 +146,9 @@ def parse_responses_request(body: Mapping[str, Any]) -> ResponsesRequest:
         output=plan_output(read_tools(body, "responses"), read_tool_choice(body, "responses"),
                            read_response_format(text.get("format"), "text.format")),
         logprobs=responses_logprobs(body),
-        reasoning=_reasoning_effort(body),
+        reasoning=fields.reasoning_effort(
+            fields.object_field(body, "reasoning").get("effort"), "reasoning.effort"),
     )
-
-
-def _reasoning_effort(body: Mapping[str, Any]) -> ReasoningControl | None:
-    effort = fields.object_field(body, "reasoning").get("effort")
-    if effort is None:
-        return None
-    if effort not in EFFORT_BUDGETS:
-        raise BadRequestError(f"reasoning.effort must be one of {', '.join(EFFORT_BUDGETS)}, "
-                              f"got {effort!r}", param="reasoning.effort")
-    return ReasoningControl.from_effort(effort)
 
 
 @dataclass

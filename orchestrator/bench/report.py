@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.bench._cells import mib, ms, num, share
 from orchestrator.bench.restart import disk_restart_table
 from orchestrator.bench.runner import CaseRun
 from orchestrator.bench.stats import QUIET_SHARE, RequestTiming, percentile
@@ -141,22 +142,6 @@ def bench_document(runs: Sequence[CaseRun], *, targets: Sequence[Mapping[str, An
     return doc
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.1f}"
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _mib(value: float | None) -> str:
-    return "-" if value is None else f"{value / 2**20:.0f}"
-
-
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}"
-
-
 def _cpu(per_token: Mapping[str, float] | None) -> str:
     if not per_token:
         return "-"
@@ -179,12 +164,12 @@ def markdown_tables(doc: Mapping[str, Any]) -> str:
         lines.append(
             f"| {run['target']} | {run['set']} | {run['concurrency']} "
             f"| {s['requests'] - s['failed']}/{s['requests']} "
-            f"| {_ms(s['ttft_p50_s'])} | {_ms(s['ttft_p99_s'])} | {_num(s['decode_tps_p50'])} "
-            f"| {_ms(s['itl_p50_s'])} | {_ms(s['itl_p99_s'])} | {_num(s['e2e_p50_s'], 2)} "
-            f"| {_num(s['prompt_tokens_mean'], 0)} | {_num(s['completion_tokens_mean'], 0)} "
-            f"| {_num(s['acceptance_length_mean'], 2)} | {_num(s['throughput_tps'])} "
-            f"| {_ms(probe.get('health_p99_s'))} | {_mib(probe.get('rss_max_bytes'))} "
-            f"| {_cpu(run.get('cpu_ms_per_token'))} | {_share(others)} |")
+            f"| {ms(s['ttft_p50_s'])} | {ms(s['ttft_p99_s'])} | {num(s['decode_tps_p50'])} "
+            f"| {ms(s['itl_p50_s'])} | {ms(s['itl_p99_s'])} | {num(s['e2e_p50_s'], 2)} "
+            f"| {num(s['prompt_tokens_mean'], 0)} | {num(s['completion_tokens_mean'], 0)} "
+            f"| {num(s['acceptance_length_mean'], 2)} | {num(s['throughput_tps'])} "
+            f"| {ms(probe.get('health_p99_s'))} | {mib(probe.get('rss_max_bytes'))} "
+            f"| {_cpu(run.get('cpu_ms_per_token'))} | {share(others)} |")
     out = "\n".join(lines) if doc["runs"] else ""
     rows = doc.get("ratios") or []
     if rows:
@@ -196,17 +181,17 @@ def markdown_tables(doc: Mapping[str, Any]) -> str:
             "|---|---:|" + "---:|" * (len(RATIO_METRICS) + 7),
         ]
         for row in rows:
-            cells = " | ".join(_num(row["ratios"].get(key), 3) for key, _, _ in RATIO_METRICS)
+            cells = " | ".join(num(row["ratios"].get(key), 3) for key, _, _ in RATIO_METRICS)
             paired = row["paired"] or {}
             counts = f"{paired['quiet_pairs']}/{paired['pairs']}" if paired else "-"
             ratio_lines.append(
                 f"| {row['set']} | {row['concurrency']} | {cells} "
-                f"| {_ms(row['ttft_p50_added_s'])} "
-                f"| {_num(paired.get('decode_tps_ratio_p50'), 3)} "
-                f"| {_num(paired.get('ttft_s_ratio_p50'), 3)} "
-                f"| {_num(paired.get('quiet_decode_tps_ratio_p50'), 3)} "
-                f"| {_num(paired.get('quiet_ttft_s_ratio_p50'), 3)} "
-                f"| {counts} | {_num(row['same_output'], 2)} |")
+                f"| {ms(row['ttft_p50_added_s'])} "
+                f"| {num(paired.get('decode_tps_ratio_p50'), 3)} "
+                f"| {num(paired.get('ttft_s_ratio_p50'), 3)} "
+                f"| {num(paired.get('quiet_decode_tps_ratio_p50'), 3)} "
+                f"| {num(paired.get('quiet_ttft_s_ratio_p50'), 3)} "
+                f"| {counts} | {num(row['same_output'], 2)} |")
         out += "\n" + "\n".join(ratio_lines)
     out += "\n" + conversation_tables(doc.get("conversations") or [])
     if doc.get("disk_restart"):

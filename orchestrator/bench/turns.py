@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.bench._cells import count, ms, num, share
 from orchestrator.bench.stats import QUIET_SHARE
 
 __all__ = ["conversation_figures", "conversation_tables"]
@@ -109,22 +110,6 @@ def conversation_figures(runs: Sequence[Mapping[str, Any]],
     return out
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.0f}"
-
-
-def _num(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}"
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
 def conversation_tables(conversations: Sequence[Mapping[str, Any]]) -> str:
     """A markdown table per conversation, with its sums and the estimate's definition."""
     if not conversations:
@@ -144,25 +129,25 @@ def conversation_tables(conversations: Sequence[Mapping[str, Any]]) -> str:
         ]
         for i, first in enumerate(targets[0]["turns"]):
             rows = [t["turns"][i] if i < len(t["turns"]) else {} for t in targets]
-            ttfts = " | ".join(_ms(r.get("ttft_s")) for r in rows)
-            ratio = f" | {_num(ratios[i])} |" if ratios is not None else " |"
-            prompt = " / ".join(_count(r.get("prompt_tokens")) for r in rows)
-            cached = " / ".join(_count(r.get("cached_tokens")) for r in rows)
-            over = " | ".join(_num(r.get("ttft_over_estimate")) for r in rows)
-            others = " / ".join(_share(r.get("interference")) for r in rows)
+            ttfts = " | ".join(ms(r.get("ttft_s"), 0) for r in rows)
+            ratio = f" | {num(ratios[i], 2)} |" if ratios is not None else " |"
+            prompt = " / ".join(count(r.get("prompt_tokens")) for r in rows)
+            cached = " / ".join(count(r.get("cached_tokens")) for r in rows)
+            over = " | ".join(num(r.get("ttft_over_estimate"), 2) for r in rows)
+            others = " / ".join(share(r.get("interference")) for r in rows)
             lines.append(f"| {first['turn']} | {ttfts}{ratio} {prompt} | {cached} | {over} "
                          f"| {others} |")
         sums = ", ".join(
-            f"{label} {_num(t['sum_ttft_s'])} s" for label, t in zip(labels, targets,
+            f"{label} {num(t['sum_ttft_s'], 2)} s" for label, t in zip(labels, targets,
                                                                     strict=True))
         later = ", ".join(
-            f"{label} {_num(t['sum_ttft_after_turn_1_s'])} s"
+            f"{label} {num(t['sum_ttft_after_turn_1_s'], 2)} s"
             for label, t in zip(labels, targets, strict=True))
         ratio_text = later_ratio = ""
         if ratios is not None:
-            ratio_text = f"; {labels[0]}/{labels[1]} {_num(conv.get('sum_ttft_ratio'), 3)}"
-            later_ratio = f"; {_num(conv.get('sum_ttft_after_turn_1_ratio'), 3)}"
-        rates = ", ".join(f"{label} {_num(t['cold_prefill_tps'], 0)} tok/s"
+            ratio_text = f"; {labels[0]}/{labels[1]} {num(conv.get('sum_ttft_ratio'), 3)}"
+            later_ratio = f"; {num(conv.get('sum_ttft_after_turn_1_ratio'), 3)}"
+        rates = ", ".join(f"{label} {num(t['cold_prefill_tps'], 0)} tok/s"
                           for label, t in zip(labels, targets, strict=True))
         lines.append(f"\nSum of TTFTs: {sums}{ratio_text}. Turns 2 on: {later}{later_ratio}. "
                      f"Turn 1 prefill rate: {rates}. "
