@@ -1,4 +1,4 @@
 // lucerna-laguna: Laguna MoE.
-#include "core/daemon.h"
+#include "daemon/daemon.h"
 
 int main(int argc, char ** argv) { return lucerna::run_daemon(lucerna::Role::kLaguna, argc, argv); }

@@ -1,0 +1,343 @@
+// generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F]
+//          [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,ID,...] [ignore_eos=0|1]
+//          [grammar=<text>] [json_schema=<text>] [snap=L:S] [reuse=0|1] [marks=L,...]
+//          [logprobs=K]
+//
+// Starts from the longest prefix of the prompt whose state the daemon holds (or, with
+// reuse=0, from an empty sequence), prefills the rest in chunks, then decodes one token
+// at a time, writing each sampled token to the stream as soon as it exists. `restore`
+// (snapshots.cpp) runs the same path from a named snapshot.
+//
+// Chunks end at absolute positions that are multiples of the chunk size (--chunk), at an
+// inline snapshot's position, at every mark and at the end of the prompt. On CPU the engine's logits
+// depend on how a prefill is split into batches (measured on gemma3 and on the qwen35
+// hybrid: different last-position logits for one batch versus two), so this alignment
+// is what lets a restore from an aligned snapshot reproduce an uninterrupted run.
+#include "commands/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <vector>
+
+#include "commands/handlers.h"
+#include "engine/emit.h"
+#include "engine/grammar.h"
+#include "engine/prefix_reuse.h"
+#include "wire/token_refs.h"
+
+namespace lucerna {
+namespace {
+
+const char * const kUsage =
+    "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
+    "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S] "
+    "[reuse=0|1] [marks=L,...] [logprobs=K]";
+
+// Besides the marks and the prompt's end, a checkpoint every this many chunks of a
+// long prefill, so that a prompt diverging inside a long stretch nobody marked still
+// reuses most of it. Sparse: each is a copy of the whole recurrent state (150 MB for
+// the 27B target), taken while the first token waits.
+constexpr int64_t kCheckpointEveryChunks = 8;
+
+float parse_unit(const char * key, const std::string & value) {
+    const double v = parse_float(key, value);
+    if (v > 1.0 || v < 0.0) {
+        throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " must be in [0, 1]");
+    }
+    return static_cast<float>(v);
+}
+
+// snap=L:S. L is range-checked against the prompt once it is read; a bad S is bad_slot.
+void parse_snap(const Session & session, const std::string & value, GenerateRequest & req) {
+    const size_t colon = value.find(':');
+    if (colon == std::string::npos) {
+        throw ProtocolError(ErrorCode::kBadArgs, "snap=" + value + " must be L:S (prompt position, slot)");
+    }
+    req.snap_pos = static_cast<int32_t>(
+        parse_int("snap position", value.substr(0, colon), 1, std::numeric_limits<int32_t>::max()));
+    req.snap_slot = session.snapshots.parse_slot(value.substr(colon + 1));
+}
+
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+void decode_or_throw(llama_context * ctx, const Batch & batch, const char * what) {
+    const int32_t rc = llama_decode(ctx, batch.get());
+    if (rc != 0) {
+        throw ProtocolError(ErrorCode::kDecodeFailed, std::string("llama_decode failed during ") + what +
+                                                          " (code " + std::to_string(rc) + ")");
+    }
+}
+
+double tokens_per_second(uint64_t n, double ms) { return ms > 0.0 ? static_cast<double>(n) * 1000.0 / ms : 0.0; }
+
+}  // namespace
+
+GenerateRequest parse_generate_request(const Session & session, const CommandLine & cmd, const std::string & ids,
+                                       const std::string & n_gen, const char * usage) {
+    const bool is_generate = cmd.name == "generate";
+    std::vector<std::string_view> keys = {"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen",
+                                     "rep_window", "seed", "stop", "ignore_eos", "grammar", "json_schema", "snap",
+                                          "logprobs"};
+    if (is_generate) {
+        keys.insert(keys.end(), {"reuse", "marks"});
+    }
+    cmd.check_options(keys, usage);
+    GenerateRequest req;
+    req.n_gen = static_cast<int32_t>(parse_int("n_gen", n_gen, 1, std::numeric_limits<int32_t>::max()));
+    SamplingParams & sp = req.sampling;
+    sp.seed = session.opts.seed;
+    const std::string * grammar_ref = nullptr;
+    const std::string * json_schema_ref = nullptr;
+    for (const auto & [key, value] : cmd.options) {
+        if (key == "temp") {
+            const double t = parse_float("temp", value);
+            if (t < 0.0) {
+                throw ProtocolError(ErrorCode::kBadArgs, "temp=" + value + " must be >= 0");
+            }
+            sp.temp = static_cast<float>(t);
+        } else if (key == "top_k") {
+            sp.top_k = static_cast<int32_t>(parse_int("top_k", value, 0, std::numeric_limits<int32_t>::max()));
+        } else if (key == "top_p") {
+            sp.top_p = parse_unit("top_p", value);
+        } else if (key == "min_p") {
+            sp.min_p = parse_unit("min_p", value);
+        } else if (key == "rep_pen") {
+            const double r = parse_float("rep_pen", value);
+            if (r <= 0.0) {
+                throw ProtocolError(ErrorCode::kBadArgs, "rep_pen=" + value + " must be > 0");
+            }
+            sp.rep_pen = static_cast<float>(r);
+        } else if (key == "freq_pen") {
+            sp.freq_pen = static_cast<float>(parse_float("freq_pen", value));
+        } else if (key == "pres_pen") {
+            sp.pres_pen = static_cast<float>(parse_float("pres_pen", value));
+        } else if (key == "rep_window") {
+            sp.rep_window =
+                static_cast<int32_t>(parse_int("rep_window", value, 0, std::numeric_limits<int32_t>::max()));
+        } else if (key == "seed") {
+            sp.seed = static_cast<uint32_t>(parse_int("seed", value, 0, std::numeric_limits<uint32_t>::max()));
+        } else if (key == "stop") {
+            req.stop = parse_id_list(value, "stop");
+        } else if (key == "ignore_eos") {
+            req.ignore_eos = parse_bool01("ignore_eos", value);
+        } else if (key == "grammar") {
+            grammar_ref = &value;
+        } else if (key == "json_schema") {
+            json_schema_ref = &value;
+        } else if (key == "snap") {
+            parse_snap(session, value, req);
+        } else if (key == "reuse") {
+            req.reuse = parse_bool01("reuse", value);
+        } else if (key == "marks") {
+            req.marks = parse_id_list(value, "marks");
+        } else if (key == "logprobs") {
+            req.logprobs = static_cast<int32_t>(parse_int("logprobs", value, 0, kMaxLogprobs));
+        }
+    }
+    req.reuse = req.reuse && is_generate;
+
+    req.prompt = read_token_ref(ids);
+    if (req.prompt.empty()) {
+        throw ProtocolError(ErrorCode::kEmptyPrompt, std::string(cmd.name) + " needs at least one prompt token");
+    }
+    check_token_ids(req.prompt, session.engine.n_vocab);
+    check_token_ids(req.stop, session.engine.n_vocab);
+    const int64_t needed = static_cast<int64_t>(req.prompt.size()) + req.n_gen;
+    if (needed > session.engine.n_ctx) {
+        throw ProtocolError(ErrorCode::kContextOverflow,
+                            "n_prompt=" + std::to_string(req.prompt.size()) + " + n_gen=" + std::to_string(req.n_gen) +
+                                " exceeds n_ctx=" + std::to_string(session.engine.n_ctx));
+    }
+    if (req.snap_pos > static_cast<int64_t>(req.prompt.size())) {
+        throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
+                                                     std::to_string(req.snap_slot) + " is past the prompt (n_prompt=" +
+                                                     std::to_string(req.prompt.size()) + ")");
+    }
+    for (size_t i = 0; i < req.marks.size(); ++i) {
+        const int32_t mark = req.marks[i];
+        if (mark < 1 || mark > static_cast<int64_t>(req.prompt.size()) || (i > 0 && mark <= req.marks[i - 1])) {
+            throw ProtocolError(ErrorCode::kBadArgs, "marks must ascend strictly within 1..n_prompt=" +
+                                                         std::to_string(req.prompt.size()));
+        }
+    }
+    if (grammar_ref != nullptr && json_schema_ref != nullptr) {
+        throw ProtocolError(ErrorCode::kBadArgs, "grammar and json_schema exclude each other");
+    }
+    if (grammar_ref != nullptr) {
+        req.grammar = make_grammar_sampler(session.engine.vocab, read_text_ref(*grammar_ref));
+    } else if (json_schema_ref != nullptr) {
+        req.grammar = make_grammar_sampler(session.engine.vocab,
+                                           grammar_from_json_schema(read_text_ref(*json_schema_ref)));
+    }
+    return req;
+}
+
+std::string run_generation(Session & session, const GenerateRequest & req, uint64_t generate_seq,
+                           const char * command, const Snapshot * from) {
+    LoadedModel & engine = session.engine;
+    llama_context * ctx = engine.context.get();
+    LiveSequence & live = session.live;
+    Speculator & spec = session.spec;
+    DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
+    const auto n_prompt = static_cast<int32_t>(req.prompt.size());
+    if (from && req.snap_pos != 0 && req.snap_pos < static_cast<int32_t>(from->tokens.size())) {
+        throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
+                                                     std::to_string(req.snap_slot) +
+                                                     " is inside the restored prefix (n_reused=" +
+                                                     std::to_string(from->tokens.size()) + ")");
+    }
+    TokenPicker picker(req.sampling, engine.vocab, req.grammar.get());
+
+    ++session.stats.requests;
+    auto cancelled = [&] { return session.cancel.cancelled(generate_seq); };
+    TokenEmitter emitter(session, req, cancelled);
+    SpecCounters spec_counters;
+    const bool speculative = spec.active();
+
+    bool snapped = false;
+    const auto t_prefill = std::chrono::steady_clock::now();
+    double prefill_ms = 0.0;
+    // Prefill chunks are --chunk tokens (the engine batch may be larger: a speculative
+    // daemon sizes it for a verify block, engine/engine.cpp).
+    const auto n_chunk = static_cast<int64_t>(std::max(1, engine.n_chunk));
+    Batch batch(static_cast<int32_t>(std::max<int64_t>(n_chunk, spec.block_size())));
+    auto snapshot_here = [&] {
+        session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, draft));
+        snapped = true;
+    };
+    auto is_mark = [&](int32_t pos) { return std::binary_search(req.marks.begin(), req.marks.end(), pos); };
+    ReusedPrefix reused;
+    try {
+        if (from) {
+            load_snapshot(ctx, *from, live, draft);  // `from` may be replaced by snapshot_here below
+            reused = {ReusedPrefix::Source::kSlot, static_cast<int32_t>(from->tokens.size()), -1};
+        } else if (req.reuse) {
+            // A snap caps the reuse short of its position, so that the snapshot is taken
+            // after a decode, with logits (a cut back to it would have none).
+            const int32_t limit = req.snap_pos != 0 ? req.snap_pos - 1 : n_prompt;
+            reused = reuse_prefix(ctx, live, session.snapshots, req.prompt, limit, draft);
+        } else {
+            llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+            live.clear();
+            if (draft != nullptr) {
+                draft->clear();
+            }
+        }
+        const int32_t n_reused = reused.n_tokens;
+        if (req.snap_pos != 0 && req.snap_pos == n_reused) {
+            snapshot_here();
+        }
+        for (int32_t pos = n_reused; pos < n_prompt && !cancelled();) {
+            auto end = static_cast<int32_t>(std::min<int64_t>(n_prompt, (pos / n_chunk + 1) * n_chunk));
+            if (req.snap_pos > pos && req.snap_pos < end) {
+                end = req.snap_pos;
+            }
+            const auto next_mark = std::upper_bound(req.marks.begin(), req.marks.end(), pos);
+            if (next_mark != req.marks.end() && *next_mark < end) {
+                end = *next_mark;
+            }
+            batch.clear();
+            for (int32_t i = pos; i < end; ++i) {
+                // Every chunk outputs its last position, so the live sequence always has
+                // logits to snapshot; an uninterrupted run does the same, so this does not
+                // break exactness.
+                batch.add(req.prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == end - 1);
+            }
+            decode_or_throw(ctx, batch, "prefill");
+            live.decoded(req.prompt.data() + pos, static_cast<size_t>(end - pos));
+            if (draft != nullptr) {
+                // The draft sees every prompt position's target features before it drafts.
+                const auto t_ingest = std::chrono::steady_clock::now();
+                draft->ingest(ctx, 0, end - pos, pos);
+                spec_counters.draft_ms += elapsed_ms(t_ingest);
+            }
+            session.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
+            pos = end;
+            if (pos % n_chunk == 0 || is_mark(pos)) {
+                canonicalize_window_cells(ctx);  // where a restore from here would start
+            }
+            if (req.reuse && (is_mark(pos) || pos == n_prompt || pos % (kCheckpointEveryChunks * n_chunk) == 0)) {
+                capture_checkpoint(ctx, live, engine.n_vocab);
+            }
+            if (pos == req.snap_pos) {
+                snapshot_here();
+            }
+        }
+        picker.accept_prompt(req.prompt);
+        if (speculative && spec.oracle() != nullptr) {
+            spec.oracle()->begin(req.prompt);
+        }
+        prefill_ms = elapsed_ms(t_prefill);
+
+        const auto t_decode = std::chrono::steady_clock::now();
+        if (cancelled()) {
+            emitter.cancel();
+        } else if (speculative) {
+            decode_speculative(session, picker, emitter, batch, spec_counters);
+        } else {
+            while (true) {
+                const float * logits = live.last_logits(ctx);
+                const std::optional<llama_token> picked = picker.pick(logits);
+                if (!emitter.emit(picked, logits)) {
+                    break;
+                }
+                const llama_token token = *picked;
+                batch.clear();
+                batch.add(token, live.size(), /*want_logits =*/true);
+                decode_or_throw(ctx, batch, "decode");
+                live.decoded(&token, 1);
+            }
+        }
+        const double decode_ms = elapsed_ms(t_decode);
+        const Finish finish = emitter.finish();
+        if (finish == Finish::kCancelled) {
+            ++session.stats.cancelled;
+        }
+        session.stats.last_prefill_tok_s = tokens_per_second(static_cast<uint64_t>(n_prompt - n_reused), prefill_ms);
+        session.stats.tokens_reused += static_cast<uint64_t>(n_reused);
+        session.stats.last_decode_tok_s = tokens_per_second(static_cast<uint64_t>(emitter.n_out()), decode_ms);
+        spec.totals.add(spec_counters);
+
+        OkReply reply(command);
+        reply.add("n_prompt", n_prompt);
+        if (from) {
+            reply.add("n_reused", n_reused);
+        } else {
+            reply.add("n_cached", n_reused);  // PROTOCOL.md 5.10
+            if (reused.source == ReusedPrefix::Source::kSlot) {
+                reply.add("cache_slot", reused.slot);
+            }
+        }
+        reply.add("n_gen", emitter.n_out()).add("finish", finish_name(finish)).add_ms("prefill_ms", prefill_ms).add_ms(
+            "decode_ms", decode_ms);
+        if (snapped) {
+            reply.add("snap_slot", req.snap_slot).add("snap_pos", req.snap_pos);
+        }
+        if (speculative) {
+            reply.add("draft_steps", spec_counters.steps)
+                .add("draft_proposed", spec_counters.proposed)
+                .add("draft_accepted", spec_counters.accepted)
+                .add_ms("draft_ms", spec_counters.draft_ms);
+        }
+        return reply.line();
+    } catch (...) {
+        // A failed decode leaves the context in a state we no longer know: start over.
+        llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+        live.clear();
+        if (draft != nullptr) {
+            draft->clear();
+        }
+        throw;
+    }
+}
+
+std::string handle_generate(Session & session, const CommandLine & cmd, uint64_t generate_seq) {
+    cmd.expect_positional(2, kUsage);
+    const GenerateRequest req = parse_generate_request(session, cmd, cmd.positional[0], cmd.positional[1], kUsage);
+    return run_generation(session, req, generate_seq, "generate", nullptr);
+}
+
+}  // namespace lucerna

@@ -1,0 +1,364 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands/handlers.h"
+#include "commands/park.h"
+#include "daemon/args.h"
+#include "daemon/command_queue.h"
+#include "daemon/log.h"
+#include "daemon/placement_flags.h"
+#include "daemon/session.h"
+#include "daemon/signals.h"
+#include "engine/engine.h"
+#include "engine/gguf_probe.h"
+#include "engine/rpc_server.h"
+#include "engine/snapshot_files.h"
+#include "engine/speculative.h"
+#include "wire/errors.h"
+#include "wire/wire.h"
+
+#ifndef LUCERNA_ENGINE_NAME
+#define LUCERNA_ENGINE_NAME "unknown"
+#endif
+#ifndef LUCERNA_VERSION
+#define LUCERNA_VERSION "0.0.0"
+#endif
+
+namespace lucerna {
+namespace {
+
+constexpr int kProtocolVersion = 1;
+
+// Commands each kind of role answers, in the order of the ready line.
+std::vector<std::string> capabilities(const RoleInfo & role) {
+    if (role.generates) {
+        std::vector<std::string> caps = {"generate", "tokenize", "detokenize", "vocab", "stats",
+                                         "cancel", "snapshot", "restore", "free_snapshot", "list_slots",
+                                         "save_slot", "load_slot", "park", "unpark", "embed", "quit"};
+        if (std::string(role.name) == "pflash") {
+            caps.emplace_back("compress");
+        }
+        return caps;
+    }
+    return {"stats", "quit"};
+}
+
+bool is_stream_command(const std::string & name) {
+    return name == "generate" || name == "tokenize" || name == "restore" || name == "compress";
+}
+
+// Every command of protocol version 1: one of these that a role does not serve is
+// `unsupported`, anything else `unknown_command` (PROTOCOL.md section 5).
+bool is_protocol_command(const std::string & name) {
+    static const char * const kCommands[] = {"generate", "tokenize", "detokenize", "vocab", "stats",
+                                             "quit", "exit", "cancel", "snapshot", "restore",
+                                             "free_snapshot", "list_slots", "save_slot", "load_slot",
+                                             "park", "unpark", "compress", "embed"};
+    return std::find(std::begin(kCommands), std::end(kCommands), name) != std::end(kCommands);
+}
+
+// The private copy of the original stdout. fd 1 itself is pointed at stderr, so a
+// stray printf anywhere in the process (engine included) can never corrupt the
+// protocol channel.
+int take_protocol_fd() {
+    const int fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (fd >= 0) {
+        ::dup2(STDERR_FILENO, STDOUT_FILENO);
+    }
+    return fd;
+}
+
+// Speculative decoding is the qwen35 role's (PROTOCOL.md 5.9). Resolves the block size
+// (the draft's dflash.block_size unless --draft-block-size says otherwise; 16 for the
+// oracle alone) and the oracle's target, so that everything after startup can rely on
+// opts.draft_block_size. Throws bad_flag, or what reading the draft's header throws.
+void resolve_speculation(Role role, const std::string & arch, DaemonOptions & opts) {
+    if (!opts.speculative()) {
+        return;
+    }
+    if (role != Role::kQwen35) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft and --draft-oracle are served by the qwen35 role");
+    }
+    static const char * const kDraftTargets[] = {"qwen35", "qwen35moe", "qwen3", "llama"};
+    if (!opts.draft_path.empty() &&
+        std::find(std::begin(kDraftTargets), std::end(kDraftTargets), arch) == std::end(kDraftTargets)) {
+        // The draft reads target layer inputs, which these architectures capture.
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft needs a qwen35, qwen35moe, qwen3 or llama target; " +
+                                                     opts.model_path + " is " + arch);
+    }
+    if (opts.draft_block_size == 0) {
+        opts.draft_block_size = opts.draft_path.empty() ? 16 : DflashDraft::read_block_size(opts.draft_path);
+    }
+    if (opts.draft_block_size < 2) {
+        throw ProtocolError(ErrorCode::kBadFlag, "the draft's block size " + std::to_string(opts.draft_block_size) +
+                                                     " proposes nothing; pass --draft-block-size=N (N >= 2)");
+    }
+    if (opts.oracle_accept == 0.0) {
+        opts.oracle_accept = opts.draft_block_size;  // uncorrupted: every proposal right
+    }
+    if (opts.oracle_accept > opts.draft_block_size) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--oracle-accept=" + std::to_string(opts.oracle_accept) +
+                                                     " is more than the block commits (" +
+                                                     std::to_string(opts.draft_block_size) + ")");
+    }
+}
+
+int fail_startup(LineWriter & out, const ProtocolError & error) {
+    out.write_line(err_line(error.code(), error.what()));
+    log_line("%s: %s", error_code_name(error.code()), error.what());
+    return startup_exit_code(error.code());
+}
+
+std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const Speculator & spec,
+                       const std::string & identity) {
+    const llama_vocab * vocab = engine.vocab;
+    std::string caps;
+    for (const auto & c : capabilities(role)) {
+        caps += (caps.empty() ? "" : ",") + c;
+    }
+    std::string line = "ready";
+    auto add = [&line](const char * key, const std::string & value) {
+        line += ' ';
+        line += key;
+        line += '=';
+        line += percent_encode(value);
+    };
+    add("protocol", std::to_string(kProtocolVersion));
+    add("role", role.name);
+    add("arch", engine.arch);
+    add("vocab", std::to_string(engine.n_vocab));
+    add("n_ctx", std::to_string(engine.n_ctx));
+    add("n_ctx_train", std::to_string(engine.n_ctx_train));
+    add("bos", std::to_string(llama_vocab_bos(vocab)));
+    add("eos", std::to_string(llama_vocab_eos(vocab)));
+    add("add_bos", llama_vocab_get_add_bos(vocab) ? "1" : "0");
+    add("backend", engine.backend);
+    add("engine", LUCERNA_ENGINE_NAME);
+    add("version", LUCERNA_VERSION);
+    add("capabilities", caps);
+    if (!identity.empty()) {
+        add("state_id", state_id(identity));
+    }
+    if (spec.configured()) {
+        add("spec", spec.kind());
+        add("draft_block", std::to_string(spec.block_size()));
+    }
+    return line;
+}
+
+class Dispatcher {
+public:
+    explicit Dispatcher(Session & session) : session_(session), caps_(capabilities(session.role)) {}
+
+    // Returns the reply line ("" for a blank line, which gets none); sets `quit`.
+    std::string run(const QueuedCommand & queued, bool & quit) {
+        std::string reply = dispatch(queued, quit);
+        // After the command's -1: a cancel read from now on finds nothing to stop.
+        session_.cancel.finished(queued.generate_seq);
+        return reply;
+    }
+
+private:
+    std::string dispatch(const QueuedCommand & queued, bool & quit) {
+        const std::string name = first_word(queued.line);
+        if (queued.too_long) {
+            // Only the first word survived; a stream command still owes its single -1.
+            if (is_stream_command(name) && session_.stream.available()) {
+                session_.stream.begin();
+                session_.stream.terminate();
+            }
+            return err_line(ErrorCode::kLineTooLong, "the command line is longer than --max-line=" +
+                                                         std::to_string(session_.opts.max_line) +
+                                                         " bytes; it was discarded");
+        }
+        if (name.empty()) {
+            return {};
+        }
+        const bool known = std::find(caps_.begin(), caps_.end(), name) != caps_.end() || name == "exit";
+        if (!known && is_protocol_command(name)) {
+            // A stream command still owes its single -1, even refused.
+            if (is_stream_command(name) && session_.stream.available()) {
+                session_.stream.begin();
+                session_.stream.terminate();
+            }
+            return err_line(ErrorCode::kUnsupported, name == "compress"
+                                                         ? std::string("compress is served by the pflash role")
+                                                         : name + " is not served by " + session_.role.binary +
+                                                               "; see capabilities in the ready line");
+        }
+        if (!known) {
+            return err_line(ErrorCode::kUnknownCommand, name + " is not a command of " + session_.role.binary +
+                                                            "; see capabilities in the ready line");
+        }
+        if (name == "quit" || name == "exit") {
+            try {
+                const CommandLine cmd = parse_command_line(queued.line);
+                cmd.expect_positional(0, name.c_str());
+                cmd.check_options({}, name.c_str());
+            } catch (const ProtocolError & error) {
+                return err_line(error.code(), error.what());
+            }
+            quit = true;
+            return OkReply("quit").line();
+        }
+        const bool stream = is_stream_command(name);
+        if (stream && !session_.stream.available()) {
+            return err_line(ErrorCode::kNoStreamFd,
+                            name + " writes to the stream fd; start the daemon with --stream-fd=N");
+        }
+        if (stream) {
+            session_.stream.begin();
+        }
+        std::string reply;
+        try {
+            if (session_.parked && needs_weights(name)) {
+                throw ProtocolError(ErrorCode::kParked, "the target is parked; send unpark first");
+            }
+            reply = handle(name, parse_command_line(queued.line), queued);
+        } catch (const ProtocolError & error) {
+            reply = err_line(error.code(), error.what());
+        } catch (const std::exception & error) {
+            reply = err_line(ErrorCode::kDecodeFailed, std::string("engine error: ") + error.what());
+        }
+        if (stream) {
+            session_.stream.terminate();  // exactly one -1, success or error
+        }
+        return reply;
+    }
+
+    std::string handle(const std::string & name, const CommandLine & cmd, const QueuedCommand & queued) {
+        if (name == "generate") return handle_generate(session_, cmd, queued.generate_seq);
+        if (name == "tokenize") return handle_tokenize(session_, cmd);
+        if (name == "detokenize") return handle_detokenize(session_, cmd);
+        if (name == "vocab") return handle_vocab(session_, cmd);
+        if (name == "stats") return handle_stats(session_, cmd);
+        if (name == "compress") return handle_compress(session_, cmd);
+        if (name == "snapshot") return handle_snapshot(session_, cmd);
+        if (name == "restore") return handle_restore(session_, cmd, queued.generate_seq);
+        if (name == "free_snapshot") return handle_free_snapshot(session_, cmd);
+        if (name == "list_slots") return handle_list_slots(session_, cmd);
+        if (name == "save_slot") return handle_save_slot(session_, cmd);
+        if (name == "load_slot") return handle_load_slot(session_, cmd);
+        if (name == "park") return handle_park(session_, cmd);
+        if (name == "unpark") return handle_unpark(session_, cmd);
+        if (name == "embed") return handle_embed(session_, cmd);
+        if (name == "cancel") {
+            cmd.expect_positional(0, "cancel");
+            cmd.check_options({}, "cancel");
+            return OkReply("cancel").add("running", queued.cancel_running ? "1" : "0").line();
+        }
+        throw ProtocolError(ErrorCode::kUnknownCommand, name + " is not a command");
+    }
+
+    Session & session_;
+    std::vector<std::string> caps_;
+};
+
+}  // namespace
+
+int run_daemon(Role role, int argc, char ** argv) {
+    const RoleInfo & info = role_info(role);
+    set_log_prefix(info.binary);
+    std::signal(SIGPIPE, SIG_IGN);  // a vanished reader shows up as EPIPE, handled per write
+    if (!follow_parent_death()) {
+        log_line("the parent process is already gone; exiting");
+        return 0;
+    }
+
+    const int protocol_fd = take_protocol_fd();
+    if (protocol_fd < 0) {
+        log_line("stdout is not open; nothing to talk to");
+        return 2;
+    }
+    LineWriter out(protocol_fd);
+    install_engine_log();
+
+    DaemonOptions opts;
+    std::string arch;
+    try {
+        opts = parse_daemon_args(argc, argv);
+        check_placement_flags(role, opts.placement);
+        arch = read_gguf_architecture(opts.model_path);
+        if (std::find(info.archs.begin(), info.archs.end(), arch) == info.archs.end()) {
+            throw ProtocolError(ErrorCode::kWrongArch, std::string(info.binary) + " serves " + joined_archs(info) +
+                                                           "; " + opts.model_path + " is " + arch);
+        }
+        resolve_speculation(role, arch, opts);
+    } catch (const ProtocolError & error) {
+        return fail_startup(out, error);
+    }
+
+    BackendGuard backend;
+    LoadedModel engine;
+    // After the engine: the draft's context must go before the target's (its ctx_other).
+    std::unique_ptr<Speculator> spec;
+    try {
+        engine = load_model(opts, arch, /*with_context =*/info.generates);
+        spec = std::make_unique<Speculator>(opts, engine.n_vocab);
+        if (engine.context) {
+            spec->attach(engine.context.get());
+        }
+    } catch (const ProtocolError & error) {
+        return fail_startup(out, error);
+    }
+    std::string identity;
+    if (info.generates) {
+        try {
+            identity = state_identity(opts, engine.backend, engine.n_ctx);
+        } catch (const ProtocolError & error) {
+            return fail_startup(out, error);
+        }
+    }
+    // The ds4 shard's device server; declared after the backend so it stops first.
+    std::unique_ptr<RpcServer> rpc;
+    if (role == Role::kDs4Shard) {
+        try {
+            rpc = RpcServer::start(opts.placement.rpc_listen.value_or(PlacementOptions::kDefaultRpcListen),
+                                   shard_device(), opts.n_threads);
+        } catch (const ProtocolError & error) {
+            return fail_startup(out, error);
+        }
+    }
+    // From the ready line on, SIGTERM/SIGINT end the command loop (a running generation
+    // finishing with its -1 and reply) instead of the process; while loading they keep
+    // their default action, which is the prompt exit a supervisor wants then.
+    ShutdownSignals signals;
+    if (!out.write_line(ready_line(info, engine, *spec, identity) + (rpc ? rpc->ready_fields() : ""))) {
+        return 0;  // nobody is listening
+    }
+    log_line("ready: %s (%s, %s, n_ctx=%d)", opts.model_path.c_str(), arch.c_str(), engine.backend.c_str(),
+             engine.n_ctx);
+
+    TokenStream stream(opts.stream_fd);
+    CancelState cancel;
+    Session session(info, opts, engine, stream, cancel, *spec);
+    session.state_identity = identity;
+    Dispatcher dispatcher(session);
+    CommandQueue queue(STDIN_FILENO, cancel, static_cast<size_t>(opts.max_line), signals.fd());
+    while (true) {
+        const QueuedCommand queued = queue.pop();
+        if (queued.eof) {
+            break;
+        }
+        bool quit = false;
+        const std::string reply = dispatcher.run(queued, quit);
+        if (!reply.empty() && !out.write_line(reply)) {
+            break;  // stdout is gone: the client died
+        }
+        if (quit) {
+            break;
+        }
+    }
+    return 0;
+}
+
+}  // namespace lucerna

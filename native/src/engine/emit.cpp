@@ -1,0 +1,111 @@
+#include "engine/emit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "commands/generate.h"
+#include "wire/errors.h"
+
+namespace lucerna {
+
+const char * finish_name(Finish finish) {
+    switch (finish) {
+        case Finish::kEog: return "eog";
+        case Finish::kStop: return "stop";
+        case Finish::kCancelled: return "cancelled";
+        case Finish::kNone:
+        case Finish::kLength: return "length";
+    }
+    return "length";
+}
+
+TokenEmitter::TokenEmitter(Session & session, const GenerateRequest & req, std::function<bool()> cancelled)
+    : session_(session), req_(req), cancelled_(std::move(cancelled)) {}
+
+int32_t TokenEmitter::remaining() const { return req_.n_gen - n_out_; }
+
+// The distribution reported is the model's own at this step: log-softmax of the raw
+// logits the picker started from, before penalties, grammar, truncation (top_k, top_p,
+// min_p) and temperature, as OpenAI and vLLM report it. Under greedy decoding the pick
+// is its argmax. Computed in double, so the sum over a large vocabulary loses nothing.
+void TokenEmitter::logprob_record(llama_token token, const float * logits) {
+    const int32_t n_vocab = session_.engine.n_vocab;
+    const auto k = static_cast<size_t>(req_.logprobs);
+    const float max = *std::max_element(logits, logits + n_vocab);
+    double sum = 0.0;
+    for (int32_t id = 0; id < n_vocab; ++id) {
+        sum += std::exp(static_cast<double>(logits[id]) - max);
+    }
+    const double log_z = static_cast<double>(max) + std::log(sum);
+    // The K largest logits, ties to the lower id (greedy's own tie rule), kept sorted
+    // by insertion: almost every logit is below the K-th and costs one compare.
+    top_.clear();
+    for (int32_t id = 0; id < n_vocab && k > 0; ++id) {
+        const float logit = logits[id];
+        if (top_.size() == k && logit <= top_.back().first) {
+            continue;
+        }
+        auto at = std::find_if(top_.begin(), top_.end(), [logit](const auto & e) { return logit > e.first; });
+        top_.insert(at, {logit, id});
+        if (top_.size() > k) {
+            top_.pop_back();
+        }
+    }
+    auto bits = [log_z](float logit) {
+        const auto lp = static_cast<float>(static_cast<double>(logit) - log_z);
+        int32_t out = 0;
+        std::memcpy(&out, &lp, sizeof out);
+        return out;
+    };
+    record_.clear();
+    record_.push_back(token);
+    record_.push_back(bits(logits[token]));
+    for (const auto & [logit, id] : top_) {
+        record_.push_back(id);
+        record_.push_back(bits(logit));
+    }
+}
+
+bool TokenEmitter::emit(std::optional<llama_token> picked, const float * logits) {
+    if (!picked) {
+        finish_ = Finish::kStop;  // the grammar is complete
+        return false;
+    }
+    const llama_token token = *picked;
+    if (!req_.ignore_eos && llama_vocab_is_eog(session_.engine.vocab, token)) {
+        finish_ = Finish::kEog;
+        return false;
+    }
+    bool written = false;
+    if (req_.logprobs >= 0) {
+        if (logits == nullptr) {
+            throw ProtocolError(ErrorCode::kDecodeFailed, "no logits to take log-probabilities from");
+        }
+        logprob_record(token, logits);
+        written = session_.stream.write(record_);
+    } else {
+        written = session_.stream.write(token);
+    }
+    if (!written) {
+        throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
+    }
+    ++n_out_;
+    ++session_.stats.tokens_generated;
+    if (std::find(req_.stop.begin(), req_.stop.end(), token) != req_.stop.end()) {
+        finish_ = Finish::kStop;
+        return false;
+    }
+    if (n_out_ >= req_.n_gen) {
+        finish_ = Finish::kLength;
+        return false;
+    }
+    if (cancelled_()) {
+        finish_ = Finish::kCancelled;
+        return false;
+    }
+    return true;
+}
+
+}  // namespace lucerna

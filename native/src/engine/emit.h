@@ -1,0 +1,57 @@
+// What happens to each token a generation picks (PROTOCOL.md 5.1), shared by the
+// autoregressive loop and the speculative one (engine/speculative.h), so both stop on the
+// same rules in the same order: grammar complete, end of generation, stop ids, n_gen,
+// cancel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "daemon/session.h"
+#include "llama.h"
+
+namespace lucerna {
+
+struct GenerateRequest;
+
+enum class Finish { kNone, kEog, kLength, kStop, kCancelled };
+
+const char * finish_name(Finish finish);
+
+class TokenEmitter {
+public:
+    TokenEmitter(Session & session, const GenerateRequest & req, std::function<bool()> cancelled);
+
+    // Takes the picker's choice (nullopt: the grammar is complete) and the logits it
+    // was picked from. Writes it to the stream unless it ends the generation unwritten
+    // (EOG, complete grammar), followed, with logprobs=K, by its log-probability and the
+    // K most likely tokens' (PROTOCOL.md 5.1). Returns true while generation goes on;
+    // then finish() says why it stopped. Throws io_failed.
+    bool emit(std::optional<llama_token> picked, const float * logits);
+
+    // Ends the generation before any pick (a cancel that came during prefill).
+    void cancel() { finish_ = Finish::kCancelled; }
+    bool cancelled() const { return cancelled_(); }
+
+    Finish finish() const { return finish_; }
+    int32_t n_out() const { return n_out_; }
+    // Tokens the request may still write.
+    int32_t remaining() const;
+
+private:
+    // [token, logprob bits, (id, logprob bits) x K] for logprobs=K.
+    void logprob_record(llama_token token, const float * logits);
+
+    Session & session_;
+    const GenerateRequest & req_;
+    std::function<bool()> cancelled_;
+    int32_t n_out_ = 0;
+    Finish finish_ = Finish::kNone;
+    std::vector<int32_t> record_;
+    std::vector<std::pair<float, llama_token>> top_;
+};
+
+}  // namespace lucerna

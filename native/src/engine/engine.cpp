@@ -1,0 +1,161 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+#include "daemon/log.h"
+#include "engine/gguf_probe.h"
+#include "ggml-backend.h"
+#include "wire/errors.h"
+// llama-ext.h (the engine's staging API) is the only way to ask which devices a loaded
+// model uses; besides this translation unit only engine/placement.cpp includes it.
+#include "llama-ext.h"
+
+namespace lucerna {
+namespace {
+
+bool quiet_progress(float /*progress*/, void * /*user_data*/) { return true; }
+
+std::string backend_of_device(ggml_backend_dev_t dev) {
+    std::string name = ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev));
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (name == "rocm") {
+        return "hip";  // ggml's HIP build registers itself as ROCm
+    }
+    return name;
+}
+
+// The ready line's backend: the first GPU-class device holding part of the model, or
+// cpu when no layers are offloaded (or the build has no GPU backend).
+std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
+    if (n_gpu_layers == 0) {
+        return "cpu";
+    }
+    const int32_t n_devices = llama_model_n_devices(model);
+    for (int32_t i = 0; i < n_devices; ++i) {
+        ggml_backend_dev_t dev = llama_model_get_device(model, i);
+        // RPC devices (--rpc) are remote; the ready line names this host's backend, and
+        // `stats` shows what lives where (engine/placement.h).
+        if (dev == nullptr || backend_of_device(dev) == "rpc") {
+            continue;
+        }
+        const auto type = ggml_backend_dev_type(dev);
+        if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
+            return backend_of_device(dev);
+        }
+    }
+    return "cpu";
+}
+
+}  // namespace
+
+ggml_type kv_cache_type(const std::string & name) {
+    if (name == "f32") return GGML_TYPE_F32;
+    if (name == "bf16") return GGML_TYPE_BF16;
+    if (name == "q8_0") return GGML_TYPE_Q8_0;
+    return GGML_TYPE_F16;
+}
+
+BackendGuard::BackendGuard() { llama_backend_init(); }
+
+BackendGuard::~BackendGuard() { llama_backend_free(); }
+
+Batch::Batch(int32_t capacity)
+    : batch_(llama_batch_init(capacity, /*embd =*/0, /*n_seq_max =*/1)), capacity_(capacity) {
+    batch_.n_tokens = 0;
+}
+
+Batch::~Batch() { llama_batch_free(batch_); }
+
+void Batch::add(llama_token token, llama_pos pos, bool want_logits) {
+    if (batch_.n_tokens >= capacity_) {
+        throw std::logic_error("batch overflow");
+    }
+    const int32_t i = batch_.n_tokens++;
+    batch_.token[i] = token;
+    batch_.pos[i] = pos;
+    batch_.n_seq_id[i] = 1;
+    batch_.seq_id[i][0] = 0;
+    batch_.logits[i] = want_logits ? 1 : 0;
+}
+
+LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, bool with_context) {
+    LoadedModel loaded;
+    loaded.arch = arch;
+
+    llama_model_params mparams = llama_model_default_params();
+    mparams.n_gpu_layers = opts.n_gpu_layers;
+    mparams.progress_callback = quiet_progress;
+    mparams.vocab_only = !with_context;
+    if (with_context) {
+        loaded.placement = Placement::plan(opts.placement, opts.model_path, opts.n_gpu_layers);
+        loaded.placement->apply(mparams);
+        const std::string placed = loaded.placement->describe();
+        if (!placed.empty()) {
+            log_line("placement: %s", placed.c_str());
+        }
+    }
+    loaded.model.reset(llama_model_load_from_file(opts.model_path.c_str(), mparams));
+    if (!loaded.model) {
+        throw ProtocolError(ErrorCode::kLoadFailed,
+                            "the engine could not load " + opts.model_path + " (set LUCERNA_LOG=info for its log)");
+    }
+    loaded.vocab = llama_model_get_vocab(loaded.model.get());
+    loaded.n_vocab = llama_vocab_n_tokens(loaded.vocab);
+    loaded.n_ctx_train = with_context ? llama_model_n_ctx_train(loaded.model.get())
+                                      : read_gguf_context_length(opts.model_path, arch);
+    loaded.n_ctx = opts.n_ctx;
+    if (loaded.n_ctx_train > 0 && loaded.n_ctx > loaded.n_ctx_train) {
+        log_line("--n-ctx=%d is beyond the model's n_ctx_train=%d; using %d", opts.n_ctx, loaded.n_ctx_train,
+                 loaded.n_ctx_train);
+        loaded.n_ctx = loaded.n_ctx_train;
+    }
+    loaded.backend = detect_backend(loaded.model.get(), opts.n_gpu_layers);
+
+    if (with_context) {
+        llama_context_params cparams = llama_context_default_params();
+        cparams.n_ctx = static_cast<uint32_t>(loaded.n_ctx);
+        // One prefill chunk is one engine batch and one micro-batch: the engine must not
+        // re-split our chunks, or a restored run would no longer see the batches an
+        // uninterrupted run saw (PROTOCOL.md 5.5, measured: logits depend on the split).
+        loaded.n_chunk = std::min(loaded.n_ctx, opts.chunk);
+        cparams.n_batch = static_cast<uint32_t>(loaded.n_chunk);
+        if (opts.speculative()) {
+            // A verify step decodes one block (the last token plus block - 1 proposals)
+            // and may have to roll all but its first token back. The recurrent state
+            // (Gated DeltaNet, conv) keeps one copy per position of the block for that
+            // (n_rs_seq), and the engine only keeps those copies when the block is one
+            // micro-batch with room to spare (llama_batch_allocr::split_equal asserts
+            // n_ubatch > n_rs_seq + 1). Prefill still splits at --chunk itself
+            // (generate.cpp), so a bigger engine batch changes no prefill batch.
+            cparams.n_rs_seq = static_cast<uint32_t>(opts.draft_block_size - 1);
+            cparams.n_batch = std::max(cparams.n_batch, static_cast<uint32_t>(opts.draft_block_size + 1));
+        }
+        cparams.n_ubatch = cparams.n_batch;
+        cparams.n_seq_max = 1;
+        cparams.flash_attn_type = static_cast<llama_flash_attn_type>(opts.flash_attn);
+        cparams.type_k = kv_cache_type(opts.kv_type);
+        cparams.type_v = cparams.type_k;
+        cparams.n_threads = opts.n_threads;
+        cparams.n_threads_batch = opts.n_threads;
+        cparams.no_perf = true;
+        loaded.context.reset(llama_init_from_model(loaded.model.get(), cparams));
+        if (!loaded.context) {
+            throw ProtocolError(ErrorCode::kContextFailed, "the engine could not create a context with n_ctx=" +
+                                                               std::to_string(loaded.n_ctx));
+        }
+        loaded.n_ctx = static_cast<int32_t>(llama_n_ctx(loaded.context.get()));
+        const llama_model * model = loaded.model.get();
+        if (opts.speculative() && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)) &&
+            llama_n_rs_seq(loaded.context.get()) + 1 < static_cast<uint32_t>(opts.draft_block_size)) {
+            // Only the KV cache could be rolled back; the recurrent state cannot.
+            throw ProtocolError(ErrorCode::kContextFailed,
+                                "the engine cannot roll back the recurrent state of " + arch +
+                                    " by a draft block; speculative decoding is not available for it");
+        }
+    }
+    return loaded;
+}
+
+}  // namespace lucerna

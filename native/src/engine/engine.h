@@ -1,0 +1,70 @@
+// RAII ownership of every engine object the daemons use, and loading a model the way
+// every role does. Objects are freed in reverse order of creation by member order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "daemon/args.h"
+#include "engine/placement.h"
+#include "llama-cpp.h"
+#include "llama.h"
+
+namespace lucerna {
+
+// llama_backend_init / llama_backend_free for the lifetime of the daemon.
+class BackendGuard {
+public:
+    BackendGuard();
+    ~BackendGuard();
+    BackendGuard(const BackendGuard &) = delete;
+    BackendGuard & operator=(const BackendGuard &) = delete;
+};
+
+// An owned llama_batch of fixed capacity (llama_batch_init / llama_batch_free).
+class Batch {
+public:
+    explicit Batch(int32_t capacity);
+    ~Batch();
+    Batch(const Batch &) = delete;
+    Batch & operator=(const Batch &) = delete;
+
+    void clear() { batch_.n_tokens = 0; }
+    void add(llama_token token, llama_pos pos, bool want_logits);
+    int32_t size() const { return batch_.n_tokens; }
+    int32_t capacity() const { return capacity_; }
+    const llama_batch & get() const { return batch_; }
+
+private:
+    llama_batch batch_;
+    int32_t capacity_;
+};
+
+struct LoadedModel {
+    // Before `model`: the engine keeps pointers into it (devices, tensor overrides)
+    // for as long as the model lives, so it must be freed after the model.
+    std::unique_ptr<Placement> placement;
+    llama_model_ptr model;
+    llama_context_ptr context;  // null for roles that only hold weights
+    const llama_vocab * vocab = nullptr;
+    std::string arch;
+    int32_t n_vocab = 0;
+    int32_t n_ctx = 0;        // effective: requested, clamped to n_ctx_train
+    int32_t n_ctx_train = 0;
+    // Prompt tokens per prefill batch: --chunk, at most the context asked for. Fixed
+    // before the engine rounds the context up, so batches never outgrow n_batch.
+    int32_t n_chunk = 0;
+    std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
+};
+
+// The cache type named by --kv-type (f16, f32, bf16, q8_0).
+ggml_type kv_cache_type(const std::string & name);
+
+// Loads the GGUF (architecture already checked) and, if `with_context`, creates the
+// single-sequence context. Without a context (the ds4 shard) only the vocabulary and
+// hyperparameters are read: the shard's device is filled over RPC by its target.
+// Throws ProtocolError load_failed / context_failed (and what Placement::plan throws).
+LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, bool with_context);
+
+}  // namespace lucerna

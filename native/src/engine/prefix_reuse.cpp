@@ -1,0 +1,149 @@
+#include "engine/prefix_reuse.h"
+
+#include <algorithm>
+#include <new>
+
+#include "wire/errors.h"
+
+namespace lucerna {
+namespace {
+
+int32_t common_prefix(const std::vector<int32_t> & a, const std::vector<int32_t> & b) {
+    const auto n = std::min(a.size(), b.size());
+    return static_cast<int32_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
+                                a.begin());
+}
+
+void clear_all(llama_context * ctx, LiveSequence & live, DflashDraft * draft) {
+    llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+    live.clear();
+    if (draft != nullptr) {
+        draft->clear();
+    }
+}
+
+// The best reuse the live sequence offers for `prompt` (kNone when nothing).
+ReusedPrefix from_live(llama_context * ctx, const LiveSequence & live, const std::vector<int32_t> & prompt,
+                       int32_t limit) {
+    const auto n_prompt = static_cast<int32_t>(prompt.size());
+    const int32_t common = std::min(common_prefix(live.tokens(), prompt), limit);
+    if (common == 0) {
+        return {};
+    }
+    if (common == live.size() && (common < n_prompt || live.has_logits())) {
+        // The prompt extends the live sequence, or is it and its logits are known:
+        // nothing to cut.
+        return {ReusedPrefix::Source::kLive, common, -1};
+    }
+    if (!needs_checkpoints(llama_get_model(ctx))) {
+        // Cut back; a prompt held entirely still prefills its last token, for the logits.
+        const int32_t n = std::min(common, n_prompt - 1);
+        return n > 0 ? ReusedPrefix{ReusedPrefix::Source::kLive, n, -1} : ReusedPrefix{};
+    }
+    ReusedPrefix best;
+    for (const Checkpoint & c : live.checkpoints()) {
+        const bool usable = c.n_tokens <= common && (c.n_tokens < n_prompt || !c.logits.empty());
+        if (usable && c.n_tokens > best.n_tokens) {
+            best = {ReusedPrefix::Source::kCheckpoint, c.n_tokens, -1};
+        }
+    }
+    return best;
+}
+
+ReusedPrefix from_slots(const SnapshotStore & slots, const std::vector<int32_t> & prompt, int32_t limit) {
+    ReusedPrefix best;
+    for (int32_t slot = 0; slot < slots.n_slots(); ++slot) {
+        const Snapshot * snapshot = slots.find(slot);
+        if (snapshot == nullptr) {
+            continue;
+        }
+        const auto & tokens = snapshot->tokens;
+        const auto n = static_cast<int32_t>(tokens.size());
+        if (n > best.n_tokens && n <= limit && tokens.size() <= prompt.size() &&
+            std::equal(tokens.begin(), tokens.end(), prompt.begin())) {
+            best = {ReusedPrefix::Source::kSlot, n, slot};
+        }
+    }
+    return best;
+}
+
+}  // namespace
+
+bool needs_checkpoints(const llama_model * model) {
+    return llama_model_is_recurrent(model) || llama_model_is_hybrid(model) || llama_model_n_swa(model) > 0;
+}
+
+ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const SnapshotStore & slots,
+                          const std::vector<int32_t> & prompt, int32_t limit, DflashDraft * draft) {
+    const ReusedPrefix live_best = from_live(ctx, live, prompt, limit);
+    const ReusedPrefix slot_best = from_slots(slots, prompt, limit);
+    // The live sequence wins ties: it needs no copy.
+    const ReusedPrefix best = slot_best.n_tokens > live_best.n_tokens ? slot_best : live_best;
+    llama_memory_t mem = llama_get_memory(ctx);
+    switch (best.source) {
+        case ReusedPrefix::Source::kNone:
+            clear_all(ctx, live, draft);
+            break;
+        case ReusedPrefix::Source::kSlot:
+            load_snapshot(ctx, *slots.find(best.slot), live, draft);
+            break;
+        case ReusedPrefix::Source::kLive:
+            if (best.n_tokens < live.size()) {
+                if (!llama_memory_seq_rm(mem, 0, best.n_tokens, -1)) {
+                    clear_all(ctx, live, draft);
+                    return {};
+                }
+                live.truncated(best.n_tokens);
+                if (draft != nullptr) {
+                    draft->truncate(best.n_tokens);
+                }
+            }
+            break;
+        case ReusedPrefix::Source::kCheckpoint: {
+            const auto & checkpoints = live.checkpoints();
+            const auto it = std::find_if(checkpoints.begin(), checkpoints.end(),
+                                         [&](const Checkpoint & c) { return c.n_tokens == best.n_tokens; });
+            // Load the uncuttable part first: it replaces the recurrent (or window) state
+            // wholesale, after which cutting the attention cache at the same position is
+            // a plain removal the engine always accepts.
+            if (llama_state_seq_set_data_ext(ctx, it->state.data(), it->state.size(), 0,
+                                             LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == 0 ||
+                !llama_memory_seq_rm(mem, 0, best.n_tokens, -1)) {
+                clear_all(ctx, live, draft);
+                throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load a checkpoint");
+            }
+            const std::vector<float> logits = it->logits;  // truncated() drops later checkpoints
+            live.truncated(best.n_tokens, logits);
+            if (draft != nullptr) {
+                draft->truncate(best.n_tokens);
+            }
+            break;
+        }
+    }
+    return best;
+}
+
+void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab) {
+    if (live.empty() || !needs_checkpoints(llama_get_model(ctx))) {
+        return;
+    }
+    try {
+        Checkpoint checkpoint;
+        checkpoint.n_tokens = live.size();
+        const llama_state_seq_flags flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+        checkpoint.state.resize(llama_state_seq_get_size_ext(ctx, 0, flags));
+        if (llama_state_seq_get_data_ext(ctx, checkpoint.state.data(), checkpoint.state.size(), 0, flags) !=
+            checkpoint.state.size()) {
+            throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not save a checkpoint");
+        }
+        const float * logits = live.last_logits(ctx);
+        if (logits != nullptr) {
+            checkpoint.logits.assign(logits, logits + n_vocab);
+        }
+        live.add_checkpoint(std::move(checkpoint));
+    } catch (const std::bad_alloc &) {
+        throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory for a checkpoint");
+    }
+}
+
+}  // namespace lucerna

@@ -1,0 +1,189 @@
+// snapshot <slot> | restore <slot> <ids> <n_gen> [options] | free_snapshot <slot> | list_slots
+//
+// State goes through llama_state_seq_get_data / llama_state_seq_set_data on sequence 0:
+// the KV cells of the sequence plus, for hybrid models, its recurrent state. The logits
+// of the last position are not part of the engine's sequence state, so they are copied
+// beside it: a restore whose ids equal the slot's tokens samples from them.
+#include "engine/snapshots.h"
+
+#include <algorithm>
+#include <new>
+
+#include "commands/generate.h"
+#include "commands/handlers.h"
+#include "daemon/log.h"
+#include "wire/errors.h"
+
+namespace lucerna {
+namespace {
+
+const char * const kRestoreUsage = "restore <slot> <ids:...|path> <n_gen> [generate options]";
+
+bool is_plain_decimal(const std::string & word) {
+    return !word.empty() && word.size() <= 10 &&
+           std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+int32_t SnapshotStore::parse_slot(const std::string & word) const {
+    const std::string range = "0.." + std::to_string(n_slots() - 1);
+    if (!is_plain_decimal(word)) {
+        throw ProtocolError(ErrorCode::kBadSlot, "slot '" + word + "' is not a number in " + range);
+    }
+    const long long slot = std::stoll(word);
+    if (slot >= n_slots()) {
+        throw ProtocolError(ErrorCode::kBadSlot, "slot " + word + " is outside " + range);
+    }
+    return static_cast<int32_t>(slot);
+}
+
+const Snapshot & SnapshotStore::at(int32_t slot) const {
+    const auto & snapshot = slots_[static_cast<size_t>(slot)];
+    if (!snapshot) {
+        throw ProtocolError(ErrorCode::kEmptySlot, "slot " + std::to_string(slot) + " holds no snapshot");
+    }
+    return *snapshot;
+}
+
+uint64_t SnapshotStore::release(int32_t slot) {
+    const uint64_t bytes = at(slot).bytes();
+    slots_[static_cast<size_t>(slot)].reset();
+    return bytes;
+}
+
+uint64_t SnapshotStore::used() const {
+    return static_cast<uint64_t>(std::count_if(slots_.begin(), slots_.end(), [](const auto & s) { return !!s; }));
+}
+
+uint64_t SnapshotStore::bytes() const {
+    uint64_t total = 0;
+    for (const auto & snapshot : slots_) {
+        total += snapshot ? snapshot->bytes() : 0;
+    }
+    return total;
+}
+
+std::string SnapshotStore::listing() const {
+    std::string out;
+    for (size_t slot = 0; slot < slots_.size(); ++slot) {
+        if (slots_[slot]) {
+            out += (out.empty() ? "" : ",") + std::to_string(slot) + ":" + std::to_string(slots_[slot]->tokens.size());
+        }
+    }
+    return out;
+}
+
+std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequence & live, int32_t n_vocab,
+                                           const DflashDraft * draft) {
+    if (live.empty()) {
+        throw ProtocolError(ErrorCode::kEmptySequence, "nothing has been decoded yet; run generate first");
+    }
+    if (!live.has_logits()) {
+        // Cut back by a generate that was cancelled before its prefill (PROTOCOL.md 5.10).
+        throw ProtocolError(ErrorCode::kEmptySequence,
+                            "the sequence was cut back and not decoded since; run generate first");
+    }
+    try {
+        auto snapshot = std::make_unique<Snapshot>();
+        const size_t size = llama_state_seq_get_size(ctx, 0);
+        snapshot->state.resize(size);
+        if (size == 0 || llama_state_seq_get_data(ctx, snapshot->state.data(), size, 0) != size) {
+            throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not save the sequence state");
+        }
+        snapshot->tokens = live.tokens();
+        const float * logits = live.last_logits(ctx);
+        snapshot->logits.assign(logits, logits + n_vocab);
+        if (draft != nullptr && draft->attached()) {
+            snapshot->draft_state = draft->save_state();
+        }
+        return snapshot;
+    } catch (const std::bad_alloc &) {
+        throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory for the snapshot");
+    }
+}
+
+void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live, DflashDraft * draft) {
+    // From an empty cache the cells land where an uninterrupted run put them (cell i holds
+    // position i), which is part of what makes a restored run bit-identical.
+    llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+    live.clear();
+    if (llama_state_seq_set_data(ctx, snapshot.state.data(), snapshot.state.size(), 0) == 0) {
+        llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+        throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load the sequence state");
+    }
+    live.restored(snapshot.tokens, snapshot.logits);
+    if (draft != nullptr && draft->attached() && !draft->load_state(snapshot.draft_state)) {
+        log_line("restore: the snapshot holds no draft state; the draft starts from the restored position");
+    }
+}
+
+void canonicalize_window_cells(llama_context * ctx) {
+    const llama_model * model = llama_get_model(ctx);
+    if (llama_model_n_swa(model) <= 0) {
+        return;
+    }
+    // PARTIAL_ONLY is just the window cache of a plain SWA model, but the recurrent state
+    // of a hybrid one: there the whole sequence goes round, as a snapshot would.
+    const bool hybrid = llama_model_is_hybrid(model);
+    const llama_state_seq_flags flags = hybrid ? LLAMA_STATE_SEQ_FLAGS_NONE : LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+    std::vector<uint8_t> state(llama_state_seq_get_size_ext(ctx, 0, flags));
+    if (llama_state_seq_get_data_ext(ctx, state.data(), state.size(), 0, flags) != state.size()) {
+        throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not save the window cache");
+    }
+    if (hybrid) {
+        llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+    }
+    if (llama_state_seq_set_data_ext(ctx, state.data(), state.size(), 0, flags) == 0) {
+        throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not reload the window cache");
+    }
+}
+
+std::string handle_snapshot(Session & session, const CommandLine & cmd) {
+    cmd.expect_positional(1, "snapshot <slot>");
+    cmd.check_options({}, "snapshot <slot>");
+    const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
+    auto snapshot =
+        capture_snapshot(session.engine.context.get(), session.live, session.engine.n_vocab, session.spec.draft());
+    const auto n_tokens = static_cast<int64_t>(snapshot->tokens.size());
+    const uint64_t bytes = snapshot->bytes();
+    session.snapshots.put(slot, std::move(snapshot));
+    return OkReply("snapshot").add("slot", slot).add("n_tokens", n_tokens).add("bytes", bytes).line();
+}
+
+std::string handle_restore(Session & session, const CommandLine & cmd, uint64_t generate_seq) {
+    if (cmd.positional.size() != 3) {
+        throw ProtocolError(ErrorCode::kBadArgs, std::string("usage: ") + kRestoreUsage);
+    }
+    const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
+    const Snapshot & from = session.snapshots.at(slot);
+    const GenerateRequest req =
+        parse_generate_request(session, cmd, cmd.positional[1], cmd.positional[2], kRestoreUsage);
+    const bool prefix = from.tokens.size() <= req.prompt.size() &&
+                        std::equal(from.tokens.begin(), from.tokens.end(), req.prompt.begin());
+    if (!prefix) {
+        throw ProtocolError(ErrorCode::kSnapshotMismatch, "slot " + std::to_string(slot) + " holds " +
+                                                              std::to_string(from.tokens.size()) +
+                                                              " tokens that are not a prefix of the given ids");
+    }
+    return run_generation(session, req, generate_seq, "restore", &from);
+}
+
+std::string handle_free_snapshot(Session & session, const CommandLine & cmd) {
+    cmd.expect_positional(1, "free_snapshot <slot>");
+    cmd.check_options({}, "free_snapshot <slot>");
+    const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
+    const uint64_t bytes = session.snapshots.release(slot);
+    return OkReply("free_snapshot").add("slot", slot).add("bytes", bytes).line();
+}
+
+std::string handle_list_slots(Session & session, const CommandLine & cmd) {
+    cmd.expect_positional(0, "list_slots");
+    cmd.check_options({}, "list_slots");
+    return OkReply("list_slots")
+        .add("slots", session.snapshots.listing())
+        .add("bytes", session.snapshots.bytes())
+        .line();
+}
+
+}  // namespace lucerna
