@@ -1,27 +1,23 @@
-"""The Trio client that owns one running daemon.
+"""The Trio client that owns one running daemon: the typed command API.
 
-``open_daemon`` spawns the native executable in its own process group, waits for
-its ready line, and yields a ``DaemonClient``. The client keeps exactly one
-command in flight (PROTOCOL.md §7), reads the stream fd exactly, maps ``err``
-replies to typed exceptions (and refuses, as ``unsupported``, a command the ready
-line's capabilities do not list), and notices the daemon's death whenever it happens:
-``client.exited`` fires and every waiting or future command raises
-``DaemonDiedError`` instead of hanging.
+``open_daemon`` spawns the native executable and waits for its ready line (through
+``daemons.process``), then yields a ``DaemonClient``: one method per command of
+PROTOCOL.md 5, taking and returning Python values. The client keeps exactly one command
+in flight (``daemons.channel``), maps ``err`` replies to typed exceptions (and refuses,
+as ``unsupported``, a command the ready line's capabilities do not list), and notices
+the daemon's death whenever it happens: ``client.exited`` fires and every waiting or
+future command raises ``DaemonDiedError`` instead of hanging. ``generate`` and
+``restore`` yield a ``GenerationStream`` (``daemons.generation``).
 
-Shutdown follows trio's ``open_process`` shape: ask politely (``quit``), wait,
-then SIGTERM and SIGKILL the whole process group, inside a shielded cancel scope,
-always reaping the child.
+Long prompts and texts go to the daemon as files in a scratch directory of the client's
+own, removed when the daemon stops.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -32,30 +28,27 @@ from typing import Literal, TypedDict, Unpack
 import numpy as np
 import trio
 
-from daemons.errors import DaemonDiedError, DaemonReplyError, DaemonStartError
+from daemons.channel import CommandChannel
+from daemons.generation import GenerationStream, open_generation
+from daemons.process import DaemonProcess, describe_exit, open_daemon_process
 from daemons.roles import DaemonLaunch
 from protocol import (
-    Cancel,
     Command,
     Compress,
     Detokenize,
     Embed,
     EmbedSummary,
-    ErrReply,
     FreeSnapshot,
     Generate,
-    GenerateSummary,
     InlineIds,
     InlineText,
     ListSlots,
     LoadSlot,
-    LogprobStreamReader,
     OkReply,
     Park,
     ParkScope,
     ParkState,
     PieceTable,
-    Quit,
     ReadyInfo,
     Restore,
     SamplingParams,
@@ -67,64 +60,18 @@ from protocol import (
     TextFile,
     TokenFile,
     Tokenize,
-    TokenLogprobs,
-    TokenStreamReader,
     Unpark,
     Vocab,
-    parse_reply_line,
-    parse_startup_line,
     write_token_file,
 )
 
-__all__ = ["DaemonClient", "DecodeOptions", "GenerationStream", "open_daemon"]
-
-log = logging.getLogger("lucerna.daemon")
+__all__ = ["DaemonClient", "DecodeOptions", "GenerationStream", "describe_exit", "open_daemon"]
 
 # Prompts longer than this go through a token file rather than inline ids, so a
 # 128K-token prompt never becomes a megabyte-long command line; long texts (prompts to
 # tokenize, grammars) go through a text file for the same reason.
 _INLINE_IDS_MAX = 512
 _INLINE_TEXT_MAX = 2048
-_STDERR_TAIL_LINES = 40
-_QUIT_GRACE_S = 5.0
-_TERM_GRACE_S = 5.0
-_CANCEL_DRAIN_S = 30.0
-
-
-class _LineReader:
-    """Splits a byte stream into lines; returns None at EOF."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buffer = bytearray()
-
-    async def readline(self) -> bytes | None:
-        while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                return line.rstrip(b"\r")
-            chunk = await self._stream.receive_some(65536)
-            if not chunk:
-                if self._buffer:
-                    line = bytes(self._buffer)
-                    self._buffer.clear()
-                    return line
-                return None
-            self._buffer += chunk
-
-
-def describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "is still running"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name}"
-    return f"exited with status {returncode}"
 
 
 class DecodeOptions(TypedDict, total=False):
@@ -159,129 +106,63 @@ class DecodeOptions(TypedDict, total=False):
 class DaemonClient:
     """A ready daemon. Use through ``open_daemon``; one command at a time."""
 
-    def __init__(
-        self,
-        launch: DaemonLaunch,
-        process: trio.Process,
-        argv: Sequence[str],
-        stream: trio.lowlevel.FdStream,
-        workdir: Path,
-    ) -> None:
-        self.launch = launch
-        self.process = process
-        self.argv = list(argv)
-        self.ready: ReadyInfo | None = None
-        self.exited = trio.Event()
-        self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
-        self._stream = stream
-        self._tokens = TokenStreamReader()
-        # Set for a generation that asked for logprobs: its stream is records, whose
-        # ids go where bare ids go and whose records wait in _records.
-        self._logprobs: LogprobStreamReader | None = None
-        self._records: deque[TokenLogprobs] = deque()
+    def __init__(self, daemon: DaemonProcess, workdir: Path) -> None:
+        self._daemon = daemon
+        self._channel = CommandChannel(daemon)
         self._workdir = workdir
         self._files = 0
-        self._lock = trio.Lock()
-        self._reply_send, self._reply_recv = trio.open_memory_channel[bytes](16)
-        self._quitting = False
 
-    # --- identity -------------------------------------------------------------------
+    # --- identity and state, from the process -----------------------------------------
+
+    @property
+    def launch(self) -> DaemonLaunch:
+        return self._daemon.launch
+
+    @property
+    def process(self) -> trio.Process:
+        return self._daemon.process
+
+    @property
+    def argv(self) -> list[str]:
+        return self._daemon.argv
+
+    @property
+    def ready(self) -> ReadyInfo | None:
+        """The ready line (set once ``open_daemon`` yields the client)."""
+        return self._daemon.ready
+
+    @property
+    def exited(self) -> trio.Event:
+        """Set the moment the daemon exits, whatever the reason."""
+        return self._daemon.exited
+
+    @property
+    def stderr_tail(self) -> deque[str]:
+        """The daemon's last lines of stderr."""
+        return self._daemon.stderr_tail
 
     @property
     def role(self) -> str:
-        return self.launch.role.name
+        return self._daemon.role
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self._daemon.pid
 
     @property
     def returncode(self) -> int | None:
-        return self.process.returncode
+        return self._daemon.returncode
 
     @property
     def intentional_exit(self) -> bool:
         """True when the daemon exited because we asked it to (``quit`` or shutdown)."""
-        return self._quitting
+        return self._daemon.intentional_exit
 
-    def _died(self) -> DaemonDiedError:
-        tail = "; ".join(list(self.stderr_tail)[-3:])
-        return DaemonDiedError(
-            f"daemon {describe_exit(self.process.returncode)}"
-            + (f" (last stderr: {tail})" if tail else ""),
-            role=self.role,
-            pid=self.pid,
-            argv=self.argv,
-            returncode=self.process.returncode,
-        )
+    async def aclose(self) -> None:
+        """Quit, then escalate to SIGTERM and SIGKILL on the process group; always reap."""
+        await self._daemon.aclose()
 
-    # --- background tasks -----------------------------------------------------------
-
-    async def _pump_stdout(self, reader: _LineReader) -> None:
-        async with self._reply_send:
-            while (line := await reader.readline()) is not None:
-                await self._reply_send.send(line)
-
-    async def _pump_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
-        reader = _LineReader(stderr)
-        logger = log.getChild(self.role)
-        while (raw := await reader.readline()) is not None:
-            line = raw.decode("utf-8", errors="replace")
-            self.stderr_tail.append(line)
-            logger.debug("[pid %d] %s", self.pid, line)
-
-    async def _watch_exit(self) -> None:
-        await self.process.wait()
-        if not self._quitting:  # an exit we asked for is logged by aclose()
-            log.error("%s daemon pid %d died: it %s", self.role, self.pid,
-                      describe_exit(self.process.returncode))
-        self.exited.set()
-
-    # --- wire helpers ---------------------------------------------------------------
-
-    async def _send(self, line: bytes) -> None:
-        if self.exited.is_set():
-            raise self._died()
-        assert self.process.stdin is not None
-        try:
-            await self.process.stdin.send_all(line)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._await_exit_briefly()
-            raise self._died() from None
-
-    async def _await_exit_briefly(self) -> None:
-        # The pipes break a moment before the kernel reports the exit status; wait a
-        # little so the error can say "killed by SIGKILL" rather than "still running".
-        with trio.move_on_after(2):
-            await self.exited.wait()
-
-    async def _read_reply(self) -> OkReply | ErrReply:
-        try:
-            line = await self._reply_recv.receive()
-        except trio.EndOfChannel:
-            await self._await_exit_briefly()
-            raise self._died() from None
-        return parse_reply_line(line.decode("utf-8", errors="replace"))
-
-    async def _read_stream_chunk(self) -> list[int]:
-        data = await self._stream.receive_some(65536)
-        if not data:
-            await self._await_exit_briefly()
-            raise self._died()
-        if self._logprobs is not None:
-            records = self._logprobs.feed(data)
-            self._records.extend(records)
-            return [record.token for record in records]
-        return self._tokens.feed(data)
-
-    @property
-    def _stream_finished(self) -> bool:
-        """The current stream command's ``-1`` has been read."""
-        return (self._logprobs or self._tokens).finished
-
-    def _reply_error(self, reply: ErrReply) -> DaemonReplyError:
-        return DaemonReplyError(reply.code, reply.detail, role=self.role, pid=self.pid,
-                                argv=self.argv)
+    # --- arguments that may go by file ----------------------------------------------
 
     def _scratch_path(self, suffix: str) -> Path:
         self._files += 1
@@ -301,46 +182,11 @@ class DaemonClient:
         path.write_text(text, encoding="utf-8")
         return TextFile(path)
 
-    def _answer(self, reply: OkReply | ErrReply, expect: str) -> OkReply:
-        """The ``ok`` reply to ``expect``; an ``err`` reply raises DaemonReplyError."""
-        if isinstance(reply, ErrReply):
-            raise self._reply_error(reply)
-        if reply.command != expect:
-            raise DaemonReplyError("protocol", f"expected a reply to {expect}, got {reply}",
-                                   role=self.role, pid=self.pid, argv=self.argv)
-        return reply
-
-    def _check_served(self, command: Command) -> None:
-        """Refuse a command the ready line does not list, as the daemon would (``unsupported``).
-
-        Asking anyway is not only wasted: a daemon of an older protocol answers a stream
-        command it does not know without ending its stream, which would hang the reader.
-        """
-        if self.ready is not None and command.name not in self.ready.capabilities:
-            raise DaemonReplyError(
-                "unsupported",
-                f"{command.name} is not in the capabilities of this daemon "
-                f"({','.join(sorted(self.ready.capabilities))})",
-                role=self.role, pid=self.pid, argv=self.argv)
-
     async def _command(self, command: Command) -> OkReply:
-        self._check_served(command)
-        async with self._lock:
-            await self._send(command.encode())
-            reply = await self._read_reply()
-        return self._answer(reply, command.name)
+        return await self._channel.run(command)
 
     async def _stream_command(self, command: Command) -> tuple[list[int], OkReply]:
-        self._check_served(command)
-        async with self._lock:
-            await self._send(command.encode())
-            self._tokens.reset()
-            self._logprobs = None
-            values: list[int] = []
-            while not self._tokens.finished:
-                values.extend(await self._read_stream_chunk())
-            reply = await self._read_reply()
-        return values, self._answer(reply, command.name)
+        return await self._channel.run_stream(command)
 
     # --- commands -------------------------------------------------------------------
 
@@ -408,19 +254,8 @@ class DaemonClient:
             snap=options.get("snap"),
             logprobs=options.get("logprobs"),
         )
-        self._check_served(command)
-        async with self._lock:
-            await self._send(command.encode())
-            self._tokens.reset()
-            self._records.clear()
-            self._logprobs = (None if command.logprobs is None
-                              else LogprobStreamReader(command.logprobs))
-            stream = GenerationStream(self, command.name)
-            try:
-                yield stream
-            finally:
-                if not stream.done:
-                    await self._abandon(stream)
+        async with open_generation(self._channel, command) as stream:
+            yield stream
 
     async def snapshot(self, slot: int) -> SnapshotInfo:
         """Copy the live sequence into ``slot`` (PROTOCOL.md 5.5)."""
@@ -481,115 +316,9 @@ class DaemonClient:
         finally:
             path.unlink(missing_ok=True)
         if rows.size != summary.n * summary.dim or summary.n != len(inputs):
-            raise DaemonReplyError("protocol", f"embed wrote {rows.size} floats for {summary}",
-                                   role=self.role, pid=self.pid, argv=self.argv)
+            raise self._channel.refusal("protocol",
+                                        f"embed wrote {rows.size} floats for {summary}")
         return rows.reshape(summary.n, summary.dim)
-
-    async def _abandon(self, stream: GenerationStream) -> None:
-        with trio.CancelScope(shield=True):
-            if self.exited.is_set():
-                return
-            try:
-                with trio.fail_after(_CANCEL_DRAIN_S):
-                    replies = 1
-                    if self.ready is not None and "cancel" in self.ready.capabilities:
-                        assert self.process.stdin is not None
-                        await self.process.stdin.send_all(Cancel().encode())
-                        replies += 1
-                    while not self._stream_finished:
-                        await self._read_stream_chunk()
-                    # Replies come in command order; an error reply can only be the
-                    # generation's, since cancel always succeeds.
-                    summary = None
-                    for _ in range(replies):
-                        reply = await self._read_reply()
-                        if isinstance(reply, OkReply) and reply.command == stream._reply_to:
-                            summary = GenerateSummary.from_reply(reply)
-                    stream.done = True
-                    if summary is not None:
-                        log.info("%s daemon pid %d: %s left early; stopped after %d tokens (%s)",
-                                 self.role, self.pid, stream._reply_to, summary.n_gen,
-                                 summary.finish.value)
-            except (trio.TooSlowError, DaemonDiedError, trio.BrokenResourceError,
-                    trio.ClosedResourceError):
-                # A daemon that cannot be brought back to a clean command boundary is
-                # of no use to the next request: kill it and let the supervisor see it.
-                log.error("%s daemon pid %d did not stop its generation; killing it",
-                          self.role, self.pid)
-                self._kill_group(signal.SIGKILL)
-
-    # --- lifecycle ------------------------------------------------------------------
-
-    def _kill_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, sig)
-
-    async def aclose(self) -> None:
-        """Quit, then escalate to SIGTERM and SIGKILL on the process group; always reap."""
-        # Wait on the process itself, not on ``exited``: when our caller is cancelled
-        # the task that sets ``exited`` is cancelled with it.
-        with trio.CancelScope(shield=True):
-            self._quitting = True
-            if self.process.returncode is None:
-                with trio.move_on_after(_QUIT_GRACE_S):
-                    try:
-                        assert self.process.stdin is not None
-                        await self.process.stdin.send_all(Quit().encode())
-                        await self.process.stdin.aclose()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                    await self.process.wait()
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                if self.process.returncode is not None:
-                    break
-                log.warning("%s daemon pid %d did not quit; sending %s", self.role, self.pid,
-                            sig.name)
-                self._kill_group(sig)
-                with trio.move_on_after(_TERM_GRACE_S):
-                    await self.process.wait()
-            await self.process.wait()
-            log.info("%s daemon pid %d stopped: it %s", self.role, self.pid,
-                     describe_exit(self.process.returncode))
-            self.exited.set()
-            # Members of the group that outlived the leader (none expected) go too.
-            self._kill_group(signal.SIGKILL)
-            await self._stream.aclose()
-            shutil.rmtree(self._workdir, ignore_errors=True)
-
-
-class GenerationStream:
-    """Tokens of one ``generate`` or ``restore`` as they arrive; ``summary`` once finished."""
-
-    def __init__(self, client: DaemonClient, command: str) -> None:
-        self._client = client
-        self._reply_to = command
-        self._pending: deque[int] = deque()
-        self.done = False
-        self.summary: GenerateSummary | None = None
-        self.logprobs: TokenLogprobs | None = None
-        """The record of the token the last ``__anext__`` returned, when the generation
-        asked for logprobs; None otherwise."""
-
-    def __aiter__(self) -> GenerationStream:
-        return self
-
-    async def __anext__(self) -> int:
-        client = self._client
-        while not self._pending:
-            if client._stream_finished:
-                if not self.done:
-                    reply = await client._read_reply()
-                    self.done = True
-                    self.summary = GenerateSummary.from_reply(
-                        client._answer(reply, self._reply_to))
-                raise StopAsyncIteration
-            self._pending.extend(await client._read_stream_chunk())
-        if client._logprobs is not None:
-            self.logprobs = client._records.popleft()
-        return self._pending.popleft()
-
-    async def collect(self) -> list[int]:
-        return [token async for token in self]
 
 
 @asynccontextmanager
@@ -597,77 +326,9 @@ async def open_daemon(
     launch: DaemonLaunch, *, ready_timeout: float = 600.0
 ) -> AsyncIterator[DaemonClient]:
     """Spawn a daemon, wait for its ready line, yield the client, always clean up."""
-    read_fd, write_fd = os.pipe()
-    argv = launch.argv(stream_fd=write_fd)
-    # On an engine assert ggml runs gdb for a backtrace, and gdb then reads the daemon's
-    # stdin, which we hold open: the dying daemon hung until its request timed out
-    # (seen: 600 s). Without the backtrace it aborts at once and is restarted.
-    env = {"GGML_NO_BACKTRACE": "1", **os.environ, **launch.env}
-    try:
-        process = await trio.lowlevel.open_process(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(write_fd,),
-            start_new_session=True,  # own process group: we signal the whole group
-            env=env,
-        )
-    except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
-        raise DaemonStartError(f"could not execute {argv[0]}: {exc}", role=launch.role.name,
-                               pid=None, argv=argv) from exc
-    os.close(write_fd)  # the child holds the only write end, so its death is EOF here
     workdir = Path(tempfile.mkdtemp(prefix=f"lucerna-{launch.role.name}-"))
-    client = DaemonClient(launch, process, argv, trio.lowlevel.FdStream(read_fd), workdir)
-    assert process.stdout is not None and process.stderr is not None
-    log.info("started %s daemon pid %d: %s", launch.role.name, process.pid, " ".join(argv))
-    # Errors from the caller's block (and from startup) are caught inside the nursery
-    # and re-raised after it, so callers see DaemonDiedError itself, not an
-    # ExceptionGroup wrapping it.
-    failure: BaseException | None = None
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._pump_stdout, _LineReader(process.stdout))
-            nursery.start_soon(client._pump_stderr, process.stderr)
-            nursery.start_soon(client._watch_exit)
-            try:
-                client.ready = await _await_ready(client, ready_timeout)
-                log.info("%s daemon pid %d ready: arch=%s n_ctx=%d backend=%s", client.role,
-                         client.pid, client.ready.arch, client.ready.n_ctx, client.ready.backend)
-                yield client
-            except BaseException as exc:
-                failure = exc
-            finally:
-                await client.aclose()
-                nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
+        async with open_daemon_process(launch, ready_timeout=ready_timeout) as daemon:
+            yield DaemonClient(daemon, workdir)
     finally:
-        if process.returncode is None:  # only when open_nursery itself failed
-            with trio.CancelScope(shield=True):
-                client._kill_group(signal.SIGKILL)
-                await process.wait()
-
-
-async def _await_ready(client: DaemonClient, limit_s: float) -> ReadyInfo:
-    def failure(message: str) -> DaemonStartError:
-        tail = "\n".join(list(client.stderr_tail)[-8:])
-        return DaemonStartError(message + (f"\nlast stderr lines:\n{tail}" if tail else ""),
-                                role=client.role, pid=client.pid, argv=client.argv)
-
-    with trio.move_on_after(limit_s) as scope:
-        try:
-            line = await client._reply_recv.receive()
-        except trio.EndOfChannel:
-            await client._await_exit_briefly()
-            raise failure(f"daemon {describe_exit(client.returncode)} before its ready line"
-                          ) from None
-    if scope.cancelled_caught:
-        raise failure(f"daemon did not print its ready line within {limit_s:.0f} s")
-    first = parse_startup_line(line.decode("utf-8", errors="replace"))
-    if isinstance(first, ErrReply):
-        await client._await_exit_briefly()
-        raise failure(f"daemon refused to start: {first.code}: {first.detail}")
-    return first
+        shutil.rmtree(workdir, ignore_errors=True)
