@@ -17,10 +17,12 @@ std::string handle_detokenize(Session & session, const CommandLine & cmd);      
 std::string handle_vocab(Session & session, const CommandLine & cmd);                            // vocab.cpp
 std::string handle_stats(Session & session, const CommandLine & cmd);                            // stats.cpp
 std::string handle_compress(Session & session, const CommandLine & cmd);                         // compress.cpp
-std::string handle_snapshot(Session & session, const CommandLine & cmd);                         // snapshots.cpp
-std::string handle_restore(Session & session, const CommandLine & cmd, uint64_t generate_seq);   // snapshots.cpp
-std::string handle_free_snapshot(Session & session, const CommandLine & cmd);                    // snapshots.cpp
-std::string handle_list_slots(Session & session, const CommandLine & cmd);                       // snapshots.cpp
+std::string handle_snapshot(Session & session, const CommandLine & cmd);                         // snapshot.cpp
+std::string handle_restore(Session & session, const CommandLine & cmd, uint64_t generate_seq);   // snapshot.cpp
+std::string handle_free_snapshot(Session & session, const CommandLine & cmd);                    // snapshot.cpp
+std::string handle_list_slots(Session & session, const CommandLine & cmd);                       // snapshot.cpp
+std::string handle_save_slot(Session & session, const CommandLine & cmd);  // save_slot.cpp (written in the background)
+std::string handle_load_slot(Session & session, const CommandLine & cmd);                        // save_slot.cpp
 std::string handle_park(Session & session, const CommandLine & cmd);                             // park.cpp
 std::string handle_unpark(Session & session, const CommandLine & cmd);                           // park.cpp
 std::string handle_embed(Session & session, const CommandLine & cmd);                            // embed.cpp

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "daemon/log.h"
-#include "daemon/session.h"
 #include "wire/errors.h"
 #include "wire/fd_io.h"
 
@@ -213,6 +212,10 @@ std::string state_id(const std::string & identity) {
     return hex;
 }
 
+std::unique_ptr<Snapshot> read_snapshot_file(const std::string & path, const std::string & identity) {
+    return SnapshotFileReader(path).read(identity);
+}
+
 SnapshotWriter::~SnapshotWriter() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -255,35 +258,6 @@ void SnapshotWriter::run() {
             log_line("save_slot: %s", error.what());
         }
     }
-}
-
-std::string handle_save_slot(Session & session, const CommandLine & cmd) {
-    cmd.expect_positional(2, "save_slot <slot> <path>");
-    cmd.check_options({}, "save_slot <slot> <path>");
-    const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
-    const std::string & path = cmd.positional[1];
-    const uint64_t bytes = session.snapshot_writer.enqueue(session.snapshots.share(slot), session.state_identity, path);
-    return OkReply("save_slot").add("slot", slot).add("bytes", bytes).line();
-}
-
-std::string handle_load_slot(Session & session, const CommandLine & cmd) {
-    cmd.expect_positional(2, "load_slot <slot> <path>");
-    cmd.check_options({}, "load_slot <slot> <path>");
-    const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
-    const std::string & path = cmd.positional[1];
-    std::unique_ptr<Snapshot> snapshot;
-    try {
-        snapshot = SnapshotFileReader(path).read(session.state_identity);
-    } catch (const std::bad_alloc &) {
-        throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory to load " + path);
-    }
-    if (static_cast<int64_t>(snapshot->tokens.size()) > session.engine.n_ctx) {
-        throw ProtocolError(ErrorCode::kBadSnapshotFile, path + " holds more tokens than n_ctx");
-    }
-    const auto n_tokens = static_cast<int64_t>(snapshot->tokens.size());
-    const uint64_t bytes = snapshot->bytes();
-    session.snapshots.put(slot, std::move(snapshot));
-    return OkReply("load_slot").add("slot", slot).add("n_tokens", n_tokens).add("bytes", bytes).line();
 }
 
 }  // namespace lucerna

@@ -17,11 +17,8 @@
 
 #include "daemon/args.h"
 #include "engine/snapshots.h"
-#include "wire/wire.h"
 
 namespace lucerna {
-
-struct Session;
 
 // Writes snapshot files on a thread of its own, so that a large state (a gigabyte for a
 // 27B model at 12K tokens) reaches the disk while the daemon serves the next command.
@@ -59,8 +56,8 @@ std::string state_identity(const DaemonOptions & opts, const std::string & backe
 // 16 hex digits naming `identity`, for the ready line's `state_id`.
 std::string state_id(const std::string & identity);
 
-std::string handle_save_slot(Session & session, const CommandLine & cmd);  // save_slot <slot> <path>
-// (the file is written in the background by session.snapshot_writer)
-std::string handle_load_slot(Session & session, const CommandLine & cmd);  // load_slot <slot> <path>
+// The snapshot in the file at `path`. Throws bad_snapshot_file for a file that is
+// missing, truncated, corrupt or of another `identity`.
+std::unique_ptr<Snapshot> read_snapshot_file(const std::string & path, const std::string & identity);
 
 }  // namespace lucerna
