@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from daemons.default_model import ensure_chat_model, ensure_default_model
+from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
 
 
@@ -42,9 +43,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def native():  # type: ignore[no-untyped-def]
-    from daemons.native import ensure_native
-
+def native() -> NativeBuild:
     return ensure_native(progress=lambda message: None)
 
 
@@ -59,7 +58,7 @@ def chat_model() -> Path:
 
 
 @pytest.fixture(scope="session")
-def test_models(native) -> dict[str, Path]:  # type: ignore[no-untyped-def]
+def test_models(native: NativeBuild) -> dict[str, Path]:
     from daemons.testmodels import ensure_test_models
 
     return ensure_test_models(progress=lambda message: None)
@@ -124,7 +123,9 @@ class LucernaServer:
 
 
 @pytest.fixture(scope="session")
-def server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def server(
+    native: NativeBuild, default_model: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     """One shared server on the default model for tests that do not break it."""
     srv = LucernaServer(tmp_path_factory.mktemp("server") / "serve.log", "--model", "default",
                         "--n-ctx", "2048")

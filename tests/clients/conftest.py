@@ -9,9 +9,11 @@ short, so that a test can give an agent an idle timeout shorter than the prefill
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 
 AGENT_N_CTX = 16384
@@ -20,7 +22,9 @@ AGENT_KEEPALIVE_S = 0.25
 
 
 @pytest.fixture(scope="package")
-def agent_server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def agent_server(
+    native: NativeBuild, default_model: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     srv = LucernaServer(tmp_path_factory.mktemp("agents") / "serve.log", "--model", "default",
                         "--n-ctx", str(AGENT_N_CTX),
                         "--max-output-tokens", str(AGENT_OUTPUT_CAP),

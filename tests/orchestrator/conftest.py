@@ -5,9 +5,11 @@ test_tokenize_endpoints)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from daemons.native import NativeBuild
 from orchestrator.niah import haystack_messages, synthetic_filler
 from tests.conftest import LucernaServer
 
@@ -23,7 +25,9 @@ def long_messages() -> list[dict[str, object]]:
 
 
 @pytest.fixture(scope="session")
-def prefill_server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def prefill_server(
+    native: NativeBuild, default_model: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     """The default model with the default model as its PFlash drafter (two daemons)."""
     srv = LucernaServer(tmp_path_factory.mktemp("prefill") / "serve.log", "--model", "default",
                         "--n-ctx", "2048",
@@ -45,7 +49,12 @@ GEMMA, QWEN = "gemma3-270m", "test/qwen3"
 
 
 @pytest.fixture(scope="session")
-def keyed_pair(native, default_model, test_models, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def keyed_pair(
+    native: NativeBuild,
+    default_model: Path,
+    test_models: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     folder = tmp_path_factory.mktemp("keyed_pair")
     (folder / "keys").write_text(f"{PAIR_KEY}\n")
     config = folder / "lucerna.toml"

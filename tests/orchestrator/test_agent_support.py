@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,6 +18,7 @@ import httpx
 import openai
 import pytest
 
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from orchestrator.clients import CLIENTS, client_config, context_note
 from tests.conftest import LucernaServer
@@ -30,7 +32,9 @@ LONG_PROMPT = "The lamp is on the table. " * 150
 
 
 @pytest.fixture(scope="module")
-def agent_ready(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def agent_ready(
+    native: NativeBuild, default_model: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     srv = LucernaServer(tmp_path_factory.mktemp("agent-support") / "serve.log",
                         "--model", "default",
                         "--n-ctx", str(N_CTX), "--max-output-tokens", str(CAP),

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import httpx
 import pytest
 
+from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import (
     ANTHROPIC_TOOLS,
     EXPECTED_ARGUMENTS,
@@ -20,11 +23,11 @@ HI = [{"role": "user", "content": "Say hi"}]
 SYSTEM = [{"type": "text", "text": "Be brief."}]
 
 
-def client_for(server) -> anthropic.Anthropic:  # type: ignore[no-untyped-def]
+def client_for(server: LucernaServer) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0)
 
 
-def test_text_stream_and_create_agree(server) -> None:  # type: ignore[no-untyped-def]
+def test_text_stream_and_create_agree(server: LucernaServer) -> None:
     client = client_for(server)
     with client.messages.stream(model=MODEL, system=SYSTEM, messages=HI,
                                 max_tokens=32, extra_body=GREEDY) as stream:
@@ -41,7 +44,7 @@ def test_text_stream_and_create_agree(server) -> None:  # type: ignore[no-untype
     assert counted.input_tokens == created.usage.input_tokens
 
 
-def test_max_tokens_and_stop_sequences(server) -> None:  # type: ignore[no-untyped-def]
+def test_max_tokens_and_stop_sequences(server: LucernaServer) -> None:
     client = client_for(server)
     cut = client.messages.create(model=MODEL, messages=HI, max_tokens=1, extra_body=GREEDY)
     assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 1
@@ -58,7 +61,7 @@ def test_max_tokens_and_stop_sequences(server) -> None:  # type: ignore[no-untyp
     assert stopped.content[0].text == free.content[0].text[: free.content[0].text.index(stop)]
 
 
-def test_tool_use_from_history_with_tool_results(server) -> None:  # type: ignore[no-untyped-def]
+def test_tool_use_from_history_with_tool_results(server: LucernaServer) -> None:
     client = client_for(server)
     with client.messages.stream(model=MODEL, messages=anthropic_messages(),
                                 tools=ANTHROPIC_TOOLS, max_tokens=40, extra_body=GREEDY) as stream:
@@ -74,7 +77,7 @@ def test_tool_use_from_history_with_tool_results(server) -> None:  # type: ignor
         ("tool_use", "get_weather", EXPECTED_ARGUMENTS)]
 
 
-def test_forced_tool_use(server) -> None:  # type: ignore[no-untyped-def]
+def test_forced_tool_use(server: LucernaServer) -> None:
     # Waits on json_schema reaching the daemon's grammar.
     with client_for(server).messages.stream(
         model=MODEL, messages=[{"role": "user", "content": QUESTION}],
@@ -88,7 +91,7 @@ def test_forced_tool_use(server) -> None:  # type: ignore[no-untyped-def]
     assert isinstance(block.input["city"], str)
 
 
-def test_every_event_is_named(server) -> None:  # type: ignore[no-untyped-def]
+def test_every_event_is_named(server: LucernaServer) -> None:
     body = {"model": MODEL, "messages": HI, "max_tokens": 4, "temperature": 0, "stream": True}
     with httpx.stream("POST", f"{server.base_url}/v1/messages", json=body, timeout=60) as raw:
         assert raw.headers["content-type"].startswith("text/event-stream")
@@ -114,7 +117,9 @@ def test_every_event_is_named(server) -> None:  # type: ignore[no-untyped-def]
     ({"model": MODEL, "messages": [{"role": "user", "content": "lamp " * 3000}],
       "max_tokens": 4, "stream": True}, 400, "invalid_request_error"),
 ])
-def test_errors_have_the_anthropic_shape(server, body, status, kind) -> None:  # type: ignore[no-untyped-def]
+def test_errors_have_the_anthropic_shape(
+    server: LucernaServer, body: dict[str, Any], status: int, kind: str,
+) -> None:
     response = httpx.post(f"{server.base_url}/v1/messages", json=body, timeout=60)
     assert response.status_code == status
     error = response.json()
@@ -122,7 +127,7 @@ def test_errors_have_the_anthropic_shape(server, body, status, kind) -> None:  #
     assert error["error"]["message"]
 
 
-def test_sdk_raises_its_own_errors(server) -> None:  # type: ignore[no-untyped-def]
+def test_sdk_raises_its_own_errors(server: LucernaServer) -> None:
     client = client_for(server)
     with pytest.raises(anthropic.NotFoundError):
         client.messages.create(model="no-such-model", messages=HI, max_tokens=4)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemons.client import open_daemon
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from orchestrator.bench.cli import cmd_bench
 from orchestrator.bench.client import Endpoint, request_body, speculative_figures
@@ -31,6 +32,7 @@ from orchestrator.bench.prompts import (
 from orchestrator.bench.report import bench_document, markdown_tables
 from orchestrator.bench.runner import CaseRun, ProbeRecord
 from orchestrator.bench.stats import RequestTiming, percentile, summarize
+from tests.conftest import LucernaServer
 
 # --- statistics -----------------------------------------------------------------------
 
@@ -196,7 +198,9 @@ def test_long_context_prompts_are_deterministic() -> None:
 
 
 @pytest.mark.slow
-async def test_long_context_prompts_hit_their_token_targets(native, default_model) -> None:  # type: ignore[no-untyped-def]
+async def test_long_context_prompts_hit_their_token_targets(
+    native: NativeBuild, default_model: Path,
+) -> None:
     # Tokenizing is all it takes (no prefill), so even 64K is quick.
     launch = daemon_launch(default_model, native, n_ctx=512, threads=1)
     async with open_daemon(launch) as client:
@@ -224,7 +228,7 @@ def test_command_line_mistakes_are_named() -> None:
 
 
 @pytest.mark.slow
-def test_smoke_one_tiny_case_against_a_real_server(server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_smoke_one_tiny_case_against_a_real_server(server: LucernaServer, tmp_path: Path) -> None:
     """The CI smoke: the real command, one prompt, 4 tokens, once alone and twice at once."""
     out = tmp_path / "bench.json"
     result = subprocess.run(

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from daemons.client import open_daemon
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from orchestrator.bench.agent import AGENT_TURNS, WARMUP_MESSAGES, agent_conversation
 from orchestrator.bench.cli import server_settings
@@ -25,7 +26,12 @@ from orchestrator.bench.direct import daemon_launch
 from orchestrator.bench.prompts import Prompt, prompt_set
 from orchestrator.bench.report import bench_document, markdown_tables
 from orchestrator.bench.runner import BenchPlan, run_bench
-from orchestrator.bench.servers import llama_server_argv, llama_server_body, lucerna_argv
+from orchestrator.bench.servers import (
+    ServerSettings,
+    llama_server_argv,
+    llama_server_body,
+    lucerna_argv,
+)
 from orchestrator.bench.stats import RequestTiming
 from tests.conftest import LucernaServer
 
@@ -74,7 +80,9 @@ def test_a_conversation_goes_to_chat_completions_as_its_messages() -> None:
 
 
 @pytest.mark.slow
-async def test_the_conversation_grows_from_4k_to_8k_gemma3_tokens(native, default_model) -> None:  # type: ignore[no-untyped-def]
+async def test_the_conversation_grows_from_4k_to_8k_gemma3_tokens(
+    native: NativeBuild, default_model: Path,
+) -> None:
     launch = daemon_launch(default_model, native, n_ctx=512, threads=1)
     async with open_daemon(launch) as client:
         turns = agent_conversation(1)
@@ -115,7 +123,7 @@ def test_turns_run_in_order_once_per_repeat_and_never_concurrently() -> None:
 # --- the cache flags ------------------------------------------------------------------
 
 
-def _settings(*flags: str):  # type: ignore[no-untyped-def]
+def _settings(*flags: str) -> ServerSettings:
     from orchestrator.cli import build_parser
 
     args = build_parser().parse_args(["bench", "--model", "m.gguf", "--against",
@@ -197,7 +205,7 @@ def test_turn_figures_compare_each_turn_with_its_new_tokens_at_turn_1s_rate() ->
 
 
 @pytest.mark.slow
-def test_smoke_two_agent_turns_against_a_real_server(test_models,  # type: ignore[no-untyped-def]
+def test_smoke_two_agent_turns_against_a_real_server(test_models: dict[str, Path],
                                                      tmp_path: Path) -> None:
     """The real command, the agent set's first two turns, 4 tokens each: the second turn
     finds the first one's prefix in the cache. On the qwen35 test model, whose 4K-token

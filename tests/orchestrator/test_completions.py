@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import pytest
 
+from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import MODEL, check_openai_errors, openai_client
 
 PROMPT = "The capital of France is"
@@ -13,7 +16,7 @@ PROMPT = "The capital of France is"
 TRANSCRIPT = "User: a\nAssistant: b\nUser: c\nAssistant: d\nUser: e\nAssistant: f"
 
 
-def test_stream_and_non_stream_agree(server) -> None:  # type: ignore[no-untyped-def]
+def test_stream_and_non_stream_agree(server: LucernaServer) -> None:
     client = openai_client(server)
     plain = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0)
     assert plain.object == "text_completion" and plain.id.startswith("cmpl-")
@@ -41,7 +44,7 @@ def test_stream_and_non_stream_agree(server) -> None:  # type: ignore[no-untyped
     assert all(c.choices[0].finish_reason is None for c in texts[:-1])
 
 
-def test_raw_prompt_gets_no_template_stops_and_honours_its_own(server) -> None:  # type: ignore[no-untyped-def]
+def test_raw_prompt_gets_no_template_stops_and_honours_its_own(server: LucernaServer) -> None:
     client = openai_client(server)
     free = client.completions.create(model=MODEL, prompt=TRANSCRIPT, max_tokens=12,
                                      temperature=0).choices[0]
@@ -52,7 +55,7 @@ def test_raw_prompt_gets_no_template_stops_and_honours_its_own(server) -> None: 
     assert stopped.finish_reason == "stop"
 
 
-def test_token_id_prompt(server) -> None:  # type: ignore[no-untyped-def]
+def test_token_id_prompt(server: LucernaServer) -> None:
     ids = [2, 818, 5279, 529]
     response = openai_client(server).completions.create(model=MODEL, prompt=ids, max_tokens=3,
                                                         temperature=0)
@@ -71,12 +74,14 @@ def test_token_id_prompt(server) -> None:  # type: ignore[no-untyped-def]
     ({"temperature": "hot"}, "temperature"),
     ({"stop": [1, 2]}, "stop"),
 ])
-def test_bad_fields_are_400_with_their_param(server, fields, param) -> None:  # type: ignore[no-untyped-def]
+def test_bad_fields_are_400_with_their_param(
+    server: LucernaServer, fields: dict[str, Any], param: str,
+) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         openai_client(server).completions.create(**{"model": MODEL, "prompt": PROMPT, **fields})
     assert bad.value.param == param
     assert bad.value.type == "invalid_request_error"
 
 
-def test_unknown_model_and_context_overflow(server) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_model_and_context_overflow(server: LucernaServer) -> None:
     check_openai_errors(openai_client(server).completions.create, "prompt")

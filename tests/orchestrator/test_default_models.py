@@ -11,10 +11,12 @@ import json
 import re
 import shlex
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from tests.conftest import LucernaServer
 
@@ -34,7 +36,7 @@ def readme_first_curl() -> tuple[str, dict[str, object]]:
 
 
 @pytest.fixture(scope="module")
-def plain_server(native, default_model, chat_model,  # type: ignore[no-untyped-def]
+def plain_server(native: NativeBuild, default_model: Path, chat_model: Path,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[LucernaServer]:
     server = LucernaServer(tmp_path_factory.mktemp("plain") / "serve.log")
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -118,7 +119,9 @@ HI = [{"role": "user", "content": "hi"}]
     ("/v1/messages", {"model": "x", "messages": HI, "max_tokens": 3}, True),
     ("/v1/messages/count_tokens", {"model": "x", "messages": HI}, True),
 ])
-def test_each_dialect_answers_errors_in_its_own_shape(client, path, body, anthropic) -> None:  # type: ignore[no-untyped-def]
+def test_each_dialect_answers_errors_in_its_own_shape(
+    client: TestClient, path: str, body: dict[str, Any], anthropic: bool,
+) -> None:
     missing = client.post(path, json=body)
     invalid = client.post(path, content=b"{not json")
     assert (missing.status_code, invalid.status_code) == (404, 400)

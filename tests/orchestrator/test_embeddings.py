@@ -10,12 +10,14 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
 import openai
 import pytest
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import MODEL, openai_client
 
@@ -23,7 +25,9 @@ TEXTS = ["a red apple", "the stock market fell", "a green apple"]
 
 
 @pytest.fixture(scope="module")
-def embed_server(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def embed_server(
+    native: NativeBuild, default_model: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     srv = LucernaServer(tmp_path_factory.mktemp("embed") / "serve.log", "--model", "default",
                         "--n-ctx", "512", "--embeddings")
     try:

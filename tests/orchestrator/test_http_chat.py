@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from daemons.client import open_daemon
+from daemons.native import NativeBuild
 from daemons.roles import DaemonLaunch, role_named
 from orchestrator.chat_template import FALLBACK_STOP, ChatTemplate
 from tests.conftest import LucernaServer
@@ -26,7 +27,7 @@ def client_for(server: LucernaServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
 
 
-def direct_greedy_text(native, model: Path, n_tokens: int) -> str:  # type: ignore[no-untyped-def]
+def direct_greedy_text(native: NativeBuild, model: Path, n_tokens: int) -> str:
     """The same request, driven straight over the daemon protocol (no HTTP, no server)."""
 
     async def run() -> str:
@@ -45,7 +46,9 @@ def direct_greedy_text(native, model: Path, n_tokens: int) -> str:  # type: igno
 
 
 @pytest.mark.slow
-def test_greedy_over_http_equals_greedy_from_the_daemon(server, native, default_model) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_over_http_equals_greedy_from_the_daemon(
+    server: LucernaServer, native: NativeBuild, default_model: Path,
+) -> None:
     expected = direct_greedy_text(native, default_model, N_TOKENS)
     cut = min((expected.find(s) for s in FALLBACK_STOP if s in expected), default=-1)
     response = client_for(server).chat.completions.create(
@@ -62,7 +65,7 @@ def test_greedy_over_http_equals_greedy_from_the_daemon(server, native, default_
 
 
 @pytest.mark.slow
-def test_stream_parses_with_the_openai_client_and_matches_non_stream(server) -> None:  # type: ignore[no-untyped-def]
+def test_stream_parses_with_the_openai_client_and_matches_non_stream(server: LucernaServer) -> None:
     client = client_for(server)
     plain = client.chat.completions.create(
         model="gemma3-270m", messages=MESSAGES, max_tokens=N_TOKENS, temperature=0)
@@ -94,7 +97,7 @@ def test_stream_parses_with_the_openai_client_and_matches_non_stream(server) -> 
 
 
 @pytest.mark.slow
-def test_seeded_sampling_is_reproducible(server) -> None:  # type: ignore[no-untyped-def]
+def test_seeded_sampling_is_reproducible(server: LucernaServer) -> None:
     client = client_for(server)
 
     def sample(seed: int) -> str:
@@ -106,7 +109,7 @@ def test_seeded_sampling_is_reproducible(server) -> None:  # type: ignore[no-unt
     assert len({sample(s) for s in (1, 2, 3, 4)}) > 1
 
 
-def test_stop_string_ends_generation(server) -> None:  # type: ignore[no-untyped-def]
+def test_stop_string_ends_generation(server: LucernaServer) -> None:
     client = client_for(server)
     base = client.chat.completions.create(model="gemma3-270m", messages=MESSAGES, max_tokens=16,
                                           temperature=0).choices[0].message.content or ""
@@ -118,7 +121,7 @@ def test_stop_string_ends_generation(server) -> None:  # type: ignore[no-untyped
     assert cut.finish_reason == "stop"
 
 
-def test_models_and_health(server) -> None:  # type: ignore[no-untyped-def]
+def test_models_and_health(server: LucernaServer) -> None:
     models = client_for(server).models.list()
     assert [m.id for m in models.data] == ["gemma3-270m"]
     health = httpx.get(f"{server.base_url}/health").json()
@@ -126,7 +129,7 @@ def test_models_and_health(server) -> None:  # type: ignore[no-untyped-def]
     assert health["models"]["gemma3-270m"]["state"] == "ready"
 
 
-def test_errors_have_the_openai_shape(server) -> None:  # type: ignore[no-untyped-def]
+def test_errors_have_the_openai_shape(server: LucernaServer) -> None:
     client = client_for(server)
     with pytest.raises(openai.NotFoundError) as not_found:
         client.chat.completions.create(model="no-such-model", messages=MESSAGES)

@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import MODEL, openai_client
 
 QUESTION = [{"role": "user", "content": "Name three colours."}]
@@ -31,7 +32,7 @@ def check_entries(entries: list[Any], top: int) -> None:
         assert values == sorted(values, reverse=True)
 
 
-def test_chat_logprobs_streamed_and_not(server) -> None:  # type: ignore[no-untyped-def]
+def test_chat_logprobs_streamed_and_not(server: LucernaServer) -> None:
     client = openai_client(server)
     reply = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
                                            max_tokens=8, logprobs=True, top_logprobs=2)
@@ -65,7 +66,7 @@ def test_chat_logprobs_streamed_and_not(server) -> None:  # type: ignore[no-unty
     check_entries(only.choices[0].logprobs.content, 0)
 
 
-def test_completions_logprobs_and_echo(server) -> None:  # type: ignore[no-untyped-def]
+def test_completions_logprobs_and_echo(server: LucernaServer) -> None:
     client = openai_client(server)
     prompt = "The capital of France is"
     reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0,
@@ -94,7 +95,7 @@ def test_completions_logprobs_and_echo(server) -> None:  # type: ignore[no-untyp
     assert "".join(c.choices[0].text for c in chunks) == echoed.choices[0].text
 
 
-def test_responses_logprobs(server) -> None:  # type: ignore[no-untyped-def]
+def test_responses_logprobs(server: LucernaServer) -> None:
     client = openai_client(server)
     reply = client.responses.create(model=MODEL, input="Name three colours.", temperature=0,
                                     max_output_tokens=8, top_logprobs=2,
@@ -126,7 +127,7 @@ def test_responses_logprobs(server) -> None:  # type: ignore[no-untyped-def]
      "top_logprobs"),
     ("responses", {"include": "message.output_text.logprobs"}, "include"),
 ])
-def test_bad_logprobs_fields_are_400s(server, call: str, fields: dict[str, Any],  # type: ignore[no-untyped-def]
+def test_bad_logprobs_fields_are_400s(server: LucernaServer, call: str, fields: dict[str, Any],
                                       param: str) -> None:
     client = openai_client(server)
     with pytest.raises(openai.BadRequestError) as bad:

@@ -14,14 +14,16 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 
 MESSAGES = [{"role": "user", "content": "Count to five."}]
 
 
 @pytest.fixture(scope="module")
-def observed(native, test_models, tmp_path_factory: pytest.TempPathFactory,  # type: ignore[no-untyped-def]
-             ) -> Iterator[LucernaServer]:
+def observed(
+    native: NativeBuild, test_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     folder = tmp_path_factory.mktemp("metrics")
     server = LucernaServer(folder / "serve.log", "--model", str(test_models["qwen3"]),
                            "--model-name", "qwen3", "--n-ctx", "512", "--max-output-tokens", "64")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gguf
 import httpx
 import pytest
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 
 KEY = "on-demand-key"
@@ -25,7 +27,7 @@ ASK = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens"
 
 
 @pytest.fixture(scope="module")
-def server(native, test_models,  # type: ignore[no-untyped-def]
+def server(native: NativeBuild, test_models: dict[str, Path],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LucernaServer]:
     folder = tmp_path_factory.mktemp("on-demand")
     broken = folder / "broken.gguf"  # announces gemma3, holds no tensors: never loads

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -11,13 +12,14 @@ import openai
 import psutil
 import pytest
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 
 
 @pytest.fixture(scope="module")
-def two_models(native, default_model, test_models,  # type: ignore[no-untyped-def]
+def two_models(native: NativeBuild, default_model: Path, test_models: dict[str, Path],
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LucernaServer]:
     folder = tmp_path_factory.mktemp("multi")
     config = folder / "lucerna.toml"

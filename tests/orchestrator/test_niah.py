@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from orchestrator.niah import (
     FULL,
@@ -98,7 +99,9 @@ def niah(tmp_path: Path, *args: str, length: int = 500) -> tuple[int, dict[str, 
 
 
 @pytest.mark.slow
-def test_daemon_mode_grid_and_exit_status(native, default_model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_daemon_mode_grid_and_exit_status(
+    native: NativeBuild, default_model: Path, tmp_path: Path,
+) -> None:
     code, document, table = niah(tmp_path, "--keeps", "0.3", "--threads", "2")
     cells = document["cells"]
     assert [c["keep"] for c in cells] == [FULL, 0.3]

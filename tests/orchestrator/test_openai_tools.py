@@ -9,11 +9,13 @@ JSON schema. (Which schema each choice produces, ``required``'s ``anyOf`` and
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pydantic
 import pytest
 
+from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import (
     CHAT_TOOLS,
     EXPECTED_ARGUMENTS,
@@ -26,7 +28,7 @@ from tests.orchestrator._dialogues import (
 ASK = [{"role": "user", "content": QUESTION}]
 
 
-def test_unforced_call_accumulates_in_the_stream_helper(server) -> None:  # type: ignore[no-untyped-def]
+def test_unforced_call_accumulates_in_the_stream_helper(server: LucernaServer) -> None:
     client = openai_client(server)
     with client.chat.completions.stream(model=MODEL, messages=chat_messages(),
                                         tools=CHAT_TOOLS, max_tokens=40, temperature=0) as stream:
@@ -50,7 +52,7 @@ def test_unforced_call_accumulates_in_the_stream_helper(server) -> None:  # type
         call.function.name, call.function.arguments)
 
 
-def test_forced_function_is_called_even_by_a_weak_model(server) -> None:  # type: ignore[no-untyped-def]
+def test_forced_function_is_called_even_by_a_weak_model(server: LucernaServer) -> None:
     # Waits on json_schema reaching the daemon's grammar.
     client = openai_client(server)
     with client.chat.completions.stream(
@@ -71,7 +73,7 @@ class City(pydantic.BaseModel):
     population: int
 
 
-def test_response_format_json_schema_parses_into_the_model(server) -> None:  # type: ignore[no-untyped-def]
+def test_response_format_json_schema_parses_into_the_model(server: LucernaServer) -> None:
     # Waits on json_schema reaching the daemon's grammar.
     completion = openai_client(server).chat.completions.parse(
         model=MODEL, messages=[{"role": "user", "content": "Describe Oslo."}],
@@ -90,7 +92,9 @@ def test_response_format_json_schema_parses_into_the_model(server) -> None:  # t
     ({"response_format": {"type": "yaml"}}, "response_format"),
     ({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]}, "messages"),
 ])
-def test_bad_tool_fields_are_400_with_their_param(server, fields, param) -> None:  # type: ignore[no-untyped-def]
+def test_bad_tool_fields_are_400_with_their_param(
+    server: LucernaServer, fields: dict[str, Any], param: str,
+) -> None:
     body = {"model": MODEL, "messages": ASK, "max_tokens": 4, **fields}
     response = httpx.post(f"{server.base_url}/v1/chat/completions", json=body)
     assert response.status_code == 400, response.text

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from daemons.client import open_daemon
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from daemons.roles import DaemonLaunch, role_named
 from orchestrator.config import Overrides, apply_overrides, load_config, parse_config
@@ -254,14 +255,14 @@ def words(text: str) -> set[str]:
     return {word.rstrip(".,;:!?") for word in text.split()}
 
 
-def pflash(native, model: Path) -> DaemonLaunch:  # type: ignore[no-untyped-def]
+def pflash(native: NativeBuild, model: Path) -> DaemonLaunch:
     return DaemonLaunch(role=role_named("pflash"), executable=native.binary("pflash"),
                         model=model, n_ctx=4096, threads=1)
 
 
 @pytest.mark.slow
-async def test_text_round_trips_through_either_drafter_vocabulary(  # type: ignore[no-untyped-def]
-        native, default_model, test_models) -> None:
+async def test_text_round_trips_through_either_drafter_vocabulary(
+        native: NativeBuild, default_model: Path, test_models: dict[str, Path]) -> None:
     filler = synthetic_filler()
     messages = [*haystack_messages(filler, 40, 0.5, NEEDLE_VALUE),
                 {"role": "assistant", "content": TRICKY}, {"role": "user", "content": TRICKY}]
@@ -285,8 +286,8 @@ async def test_text_round_trips_through_either_drafter_vocabulary(  # type: igno
 
 
 @pytest.mark.slow
-async def test_the_target_is_parked_exactly_while_the_drafter_scores(  # type: ignore[no-untyped-def]
-        native, test_models) -> None:
+async def test_the_target_is_parked_exactly_while_the_drafter_scores(
+        native: NativeBuild, test_models: dict[str, Path]) -> None:
     target_launch = DaemonLaunch(role=role_named("qwen35"), executable=native.binary("qwen35"),
                                  model=test_models["qwen3"], n_ctx=1024, threads=1)
     async with open_daemon(target_launch) as target, open_daemon(
@@ -402,8 +403,8 @@ def daemon_rss(server: LucernaServer, executable: str) -> int:
 
 
 @pytest.mark.slow
-def test_with_park_the_server_wakes_the_drafter_and_restores_the_target(  # type: ignore[no-untyped-def]
-        native, default_model, tmp_path: Path) -> None:
+def test_with_park_the_server_wakes_the_drafter_and_restores_the_target(
+        native: NativeBuild, default_model: Path, tmp_path: Path) -> None:
     server = LucernaServer(tmp_path / "serve.log", "--model", "default", "--n-ctx", "2048",
                            "--prefill-compression", "auto",
                            "--prefill-threshold", str(PREFILL_THRESHOLD),

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import anthropic
 import httpx
 import openai
 import pytest
 
+from daemons.native import NativeBuild
 from orchestrator.errors import UpstreamError
 from orchestrator.generation import Conversation, GenerationRequest
 from orchestrator.niah import needle_found
@@ -32,7 +34,9 @@ MESSAGES = [{"role": "user", "content": "List three colours of the rainbow."}]
 
 
 @pytest.fixture(scope="module")
-def upstream(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def upstream(
+    native: NativeBuild, default_model: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     folder = tmp_path_factory.mktemp("upstream")
     keys = folder / "keys"
     keys.write_text(KEY + "\n")
@@ -46,7 +50,9 @@ def upstream(native, default_model, tmp_path_factory) -> Iterator[LucernaServer]
 
 
 @pytest.fixture(scope="module")
-def proxy(upstream: LucernaServer, tmp_path_factory) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def proxy(
+    upstream: LucernaServer, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
     srv = LucernaServer(tmp_path_factory.mktemp("proxy") / "serve.log", "--model", "default",
                         "--n-ctx", "2048",
                         "--model-name", "proxied",

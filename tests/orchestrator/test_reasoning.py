@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from daemons.engine import ensure_engine_source
+from daemons.native import NativeBuild
 from orchestrator.reasoning import (
     EFFORT_BUDGETS,
     ReasoningFormat,
@@ -70,7 +71,7 @@ def test_the_splitter_gives_the_same_pieces_however_the_text_is_cut(inside: bool
 
 
 @pytest.fixture(scope="module")
-def server(native, test_models,  # type: ignore[no-untyped-def]
+def server(native: NativeBuild, test_models: dict[str, Path],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LucernaServer]:
     folder = tmp_path_factory.mktemp("reasoning")
     jinja = ensure_engine_source(progress=lambda message: None) / TEMPLATES / "Qwen3.5-4B.jinja"

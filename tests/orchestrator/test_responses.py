@@ -4,11 +4,13 @@ accumulator and Response models as the oracle, plus the raw event sequence Codex
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import (
     EXPECTED_ARGUMENTS,
     MODEL,
@@ -22,7 +24,7 @@ from tests.orchestrator._dialogues import (
 GREETING = "Say hi"
 
 
-def test_text_stream_and_create_agree(server) -> None:  # type: ignore[no-untyped-def]
+def test_text_stream_and_create_agree(server: LucernaServer) -> None:
     client = openai_client(server)
     with client.responses.stream(model=MODEL, input=GREETING, instructions="Be brief.",
                                  max_output_tokens=32, temperature=0) as stream:
@@ -46,7 +48,7 @@ def test_text_stream_and_create_agree(server) -> None:  # type: ignore[no-untype
     assert created.status == "completed" and created.usage == final.usage
 
 
-def test_cut_by_max_output_tokens_is_incomplete(server) -> None:  # type: ignore[no-untyped-def]
+def test_cut_by_max_output_tokens_is_incomplete(server: LucernaServer) -> None:
     response = openai_client(server).responses.create(
         model=MODEL, input="Tell me a long story about a lamp.", max_output_tokens=3,
         temperature=0)
@@ -61,7 +63,7 @@ def _sse_events(response: httpx.Response) -> list[dict]:
             if line.startswith("data: ")]
 
 
-def test_multi_turn_function_calls_stream_as_output_items(server) -> None:  # type: ignore[no-untyped-def]
+def test_multi_turn_function_calls_stream_as_output_items(server: LucernaServer) -> None:
     body = {"model": MODEL, "input": responses_input(), "tools": RESPONSES_TOOLS,
             "max_output_tokens": 40, "temperature": 0, "stream": True}
     with httpx.stream("POST", f"{server.base_url}/v1/responses", json=body, timeout=60) as raw:
@@ -92,7 +94,7 @@ def test_multi_turn_function_calls_stream_as_output_items(server) -> None:  # ty
     assert json.loads(call.arguments) == EXPECTED_ARGUMENTS
 
 
-def test_forced_function_call(server) -> None:  # type: ignore[no-untyped-def]
+def test_forced_function_call(server: LucernaServer) -> None:
     # Waits on json_schema reaching the daemon's grammar.
     response = openai_client(server).responses.create(
         model=MODEL, input=QUESTION, tools=RESPONSES_TOOLS,
@@ -113,11 +115,13 @@ def test_forced_function_call(server) -> None:  # type: ignore[no-untyped-def]
      "tool_choice"),
     ({"text": {"format": {"type": "json_schema", "schema": "no"}}}, "text.format"),
 ])
-def test_bad_fields_are_400_with_their_param(server, fields, param) -> None:  # type: ignore[no-untyped-def]
+def test_bad_fields_are_400_with_their_param(
+    server: LucernaServer, fields: dict[str, Any], param: str,
+) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         openai_client(server).responses.create(**{"model": MODEL, "input": GREETING, **fields})
     assert bad.value.param == param
 
 
-def test_unknown_model_and_context_overflow(server) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_model_and_context_overflow(server: LucernaServer) -> None:
     check_openai_errors(openai_client(server).responses.create, "input")

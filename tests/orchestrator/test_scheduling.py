@@ -12,11 +12,13 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 
 # /v1/completions on a raw counting prompt: the base model continues it for as long
@@ -27,7 +29,9 @@ SHORT = {**LONG, "max_tokens": 4}
 
 
 @pytest.fixture
-def queued_server(native, default_model, tmp_path) -> Iterator[LucernaServer]:  # type: ignore[no-untyped-def]
+def queued_server(
+    native: NativeBuild, default_model: Path, tmp_path: Path,
+) -> Iterator[LucernaServer]:
     srv = LucernaServer(tmp_path / "serve.log", "--model", "default",
                         "--n-ctx", "2048", "--queue-limit", "1")
     try:
@@ -46,7 +50,7 @@ def idle(state: dict[str, int]) -> bool:
     return state["waiting"] == 0 and state["running"] == 0
 
 
-def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

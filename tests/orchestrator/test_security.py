@@ -19,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from daemons.native import NativeBuild
 from orchestrator.app import build_app
 from orchestrator.config import ServerSettings
 from orchestrator.models import ModelRegistry
@@ -38,7 +39,7 @@ def daemon_input(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def secured(native, test_models, daemon_input: Path,  # type: ignore[no-untyped-def]
+def secured(native: NativeBuild, test_models: dict[str, Path], daemon_input: Path,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[LucernaServer]:
     folder = tmp_path_factory.mktemp("secured")
     (folder / "keys").write_text(f"# the test's key\n{KEY}\n")

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 
 MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
@@ -85,7 +86,7 @@ def start_server(test_models: dict[str, Path], tmp_path: Path, timeout: float) -
 
 
 def test_sigterm_drains_a_stream_and_refuses_new_connections(
-    native, test_models, tmp_path: Path,  # type: ignore[no-untyped-def]
+    native: NativeBuild, test_models: dict[str, Path], tmp_path: Path,
 ) -> None:
     server = start_server(test_models, tmp_path, timeout=30)
     try:
@@ -123,7 +124,7 @@ def test_sigterm_drains_a_stream_and_refuses_new_connections(
 
 
 def test_a_stream_longer_than_the_timeout_is_cut(
-    native, test_models, tmp_path: Path,  # type: ignore[no-untyped-def]
+    native: NativeBuild, test_models: dict[str, Path], tmp_path: Path,
 ) -> None:
     server = start_server(test_models, tmp_path, timeout=1.0)
     try:

@@ -11,12 +11,14 @@ import os
 import random
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 import trio
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
 
 CLIENTS = 64
@@ -87,7 +89,7 @@ async def client_loop(base_url: str, seed: int, tally: Tally) -> None:
 
 
 @pytest.mark.slow
-async def test_soak(native, default_model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_soak(native: NativeBuild, default_model: Path, tmp_path: Path) -> None:
     server = LucernaServer(tmp_path / "serve.log", "--model", "default",
                            "--n-ctx", "1024", "--queue-limit",
                            str(CLIENTS))

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer, openai_chunks
 
 MODEL = "qwen35"
@@ -33,7 +34,9 @@ def serve(log: Path, target: Path, *extra: str) -> LucernaServer:
 
 
 @pytest.fixture(scope="module")
-def servers(native, test_models, tmp_path_factory) -> Iterator[tuple[LucernaServer, LucernaServer]]:  # type: ignore[no-untyped-def]
+def servers(
+    native: NativeBuild, test_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LucernaServer, LucernaServer]]:
     """The qwen35 test model twice: autoregressive, and with the DFlash test draft."""
     logs = tmp_path_factory.mktemp("speculative")
     plain = serve(logs / "plain.log", test_models["qwen35"])

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gguf
 import httpx
 import pytest
 
+from daemons.native import NativeBuild
 from tests.conftest import LucernaServer, openai_chunks
 
 # A prompt the base model answers at length, so the kill lands mid-answer.
@@ -19,7 +21,9 @@ REQUEST = {"model": "gemma3-270m", "messages": MESSAGES, "max_tokens": 96, "temp
 
 
 @pytest.fixture
-def own_server(native, default_model, tmp_path):  # type: ignore[no-untyped-def]
+def own_server(
+    native: NativeBuild, default_model: Path, tmp_path: Path,
+) -> Iterator[LucernaServer]:
     srv = LucernaServer(tmp_path / "serve.log", "--model", "default", "--n-ctx", "2048")
     try:
         srv.wait_healthy()
@@ -32,7 +36,7 @@ def daemon_state(server: LucernaServer) -> dict:  # type: ignore[type-arg]
     return httpx.get(f"{server.base_url}/health").json()["models"]["gemma3-270m"]  # type: ignore[no-any-return]
 
 
-def wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -96,7 +100,7 @@ def test_daemon_killed_while_idle_is_restarted(own_server: LucernaServer) -> Non
 
 @pytest.mark.slow
 def test_a_request_sent_while_the_daemon_restarts_waits_for_it(
-    native, default_model, tmp_path: Path,  # type: ignore[no-untyped-def]
+    native: NativeBuild, default_model: Path, tmp_path: Path,
 ) -> None:
     # A restart delay holds the daemon down long enough to send the request into it.
     config = tmp_path / "lucerna.toml"
@@ -120,7 +124,7 @@ def test_a_request_sent_while_the_daemon_restarts_waits_for_it(
 
 @pytest.mark.slow
 def test_a_daemon_that_never_loads_makes_the_server_exit_non_zero(
-    native, tmp_path: Path,  # type: ignore[no-untyped-def]
+    native: NativeBuild, tmp_path: Path,
 ) -> None:
     # A GGUF that announces gemma3 but holds no tensors: the front end and the daemon
     # accept the architecture, then the engine fails to load it, every time.

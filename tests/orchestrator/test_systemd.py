@@ -20,6 +20,7 @@ import httpx
 import psutil
 import pytest
 
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from orchestrator.systemd import SystemdEnvironment, sd_notify
 from tests.conftest import LucernaServer, free_port
@@ -87,7 +88,7 @@ def daemon_environ(base_url: str) -> dict[str, str]:
 
 
 def test_ready_watchdog_and_stopping_from_a_real_server(
-    native, test_models, notify_socket: tuple[str, socket.socket],  # type: ignore[no-untyped-def]
+    native: NativeBuild, test_models: dict[str, Path], notify_socket: tuple[str, socket.socket],
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path, sock = notify_socket
@@ -128,8 +129,9 @@ def test_ready_watchdog_and_stopping_from_a_real_server(
         server.stop()
 
 
-def test_socket_activation_serves_the_inherited_socket(native, test_models,  # type: ignore[no-untyped-def]
-                                                       tmp_path: Path) -> None:
+def test_socket_activation_serves_the_inherited_socket(
+    native: NativeBuild, test_models: dict[str, Path], tmp_path: Path,
+) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
