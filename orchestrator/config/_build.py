@@ -1,0 +1,147 @@
+"""From settings to served models: ``build_models`` reads each GGUF and picks its daemon.
+
+This needs the native build; its errors are ``ConfigError`` too, named by the model's
+place in the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from daemons.errors import DaemonsError
+from daemons.roles import DEFAULT_SLOTS, ROLES, DaemonLaunch, RoleSpec, target_role_for
+from orchestrator.config._keys import CHAT_MODEL_PATH, DEFAULT_MODEL_PATH
+from orchestrator.config._schema import LucernaConfig, ModelSettings, ServerSettings
+from orchestrator.errors import ConfigError
+from orchestrator.prefix_cache import CacheSettings, PrefixCache, default_ram_bytes
+from orchestrator.reasoning import ReasoningControl
+
+if TYPE_CHECKING:
+    from daemons.gguf_info import GGUFInfo
+    from daemons.native import NativeBuild
+    from orchestrator.models import ServedModel
+
+__all__ = ["build_models"]
+
+
+def build_models(config: LucernaConfig, native: NativeBuild,
+                 progress: Callable[[str], None] = lambda message: None) -> list[ServedModel]:
+    """Resolve each model's file, read its GGUF header, pick its daemon: ``ServedModel``s.
+
+    The embedded default model is assembled on first use (``progress`` reports it).
+    """
+    from daemons.default_model import ensure_chat_model, ensure_default_model
+    from daemons.gguf_info import read_gguf_info
+    from orchestrator.models import ServedModel
+    from orchestrator.prefill import build_compressor, is_proxy, served_path
+    from orchestrator.residency import Residence
+
+    def gguf(setting: str, at: str) -> tuple[Path, GGUFInfo]:
+        path = (ensure_default_model(progress) if setting == DEFAULT_MODEL_PATH
+                else ensure_chat_model(progress) if setting == CHAT_MODEL_PATH
+                else Path(setting))
+        try:
+            return path, read_gguf_info(path)
+        except (DaemonsError, OSError, ValueError) as exc:
+            raise ConfigError(f"{at}: {path} is not a readable GGUF file: {exc}. "
+                              "Fix: point it at a GGUF model file.") from None
+
+    served: list[ServedModel] = []
+    cache = _cache_settings(config.server, len(config.models))
+    for i, settings in enumerate(config.models):
+        where = f"{config.source}: models[{i}] ({settings.name})"
+        # PFlash proxy mode (orchestrator/prefill) runs no target: the model's own
+        # daemon is the drafter, a pflash daemon.
+        proxy = is_proxy(settings.prefill)
+        path, info = gguf(served_path(settings.path, settings.prefill), f"{where}.path")
+        if settings.chat_template_file is not None:
+            info = replace(info, chat_template=Path(settings.chat_template_file).read_text())
+        role = (_drafter_role(info.architecture, f"{where}.path") if proxy
+                else _role_for(settings, info.architecture, where))
+        drafter_path = None
+        if settings.prefill is not None and not proxy and settings.prefill.mode != "off":
+            drafter_path, drafter_info = gguf(settings.prefill.drafter or DEFAULT_MODEL_PATH,
+                                              f"{where}.prefill.drafter")
+            _drafter_role(drafter_info.architecture, f"{where}.prefill.drafter")
+        draft = None
+        if settings.draft is not None:
+            draft, draft_info = gguf(settings.draft, f"{where}.draft")
+            _check_draft(role, draft_info.architecture, f"{where}.draft")
+        launch = DaemonLaunch(
+            role=role, executable=native.binary(role.name), model=path,
+            n_ctx=settings.n_ctx, threads=settings.threads,
+            n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
+            draft=draft, draft_block_size=settings.draft_block_size,
+            extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
+        )
+        served.append(ServedModel(
+            name=settings.name, info=info, launch=launch, queue_limit=settings.queue_limit,
+            max_output_tokens=settings.max_output_tokens, restart_policy=settings.restart,
+            prefill=build_compressor(settings.name, settings.prefill, launch,
+                                     drafter_path=drafter_path,
+                                     pflash_executable=native.binary("pflash"),
+                                     restart=settings.restart),
+            prefix_cache=PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS),
+            residence=Residence(load=settings.load, idle_s=settings.idle_s,
+                                idle_action=settings.idle_action, group=settings.group),
+            reasoning=_reasoning_default(settings),
+            embeddings=settings.embeddings,
+        ))
+    return served
+
+
+def _reasoning_default(settings: ModelSettings) -> ReasoningControl:
+    control = (ReasoningControl() if settings.reasoning_effort is None
+               else ReasoningControl.from_effort(settings.reasoning_effort))
+    if settings.reasoning_budget is not None:
+        control = ReasoningControl(settings.reasoning_budget > 0, settings.reasoning_budget)
+    return control
+
+
+def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
+    """Each model's share of the prefix cache's budgets."""
+    ram = (default_ram_bytes() if server.cache_ram_mib is None
+           else server.cache_ram_mib << 20) // max(1, n_models)
+    return CacheSettings(
+        ram_bytes=ram,
+        disk_dir=None if server.kv_cache_dir is None else Path(server.kv_cache_dir),
+        disk_bytes=(server.kv_cache_dir_mib << 20) // max(1, n_models))
+
+
+def _check_draft(role: RoleSpec, architecture: str, where: str) -> None:
+    if architecture != "dflash":
+        raise ConfigError(f"{where}: a draft must be a DFlash draft GGUF (architecture "
+                          f"'dflash'), this one is {architecture!r}. Fix: point draft at the "
+                          "DFlash draft made for this model, or leave draft out.")
+    if role.name != "qwen35":
+        raise ConfigError(f"{where}: speculative decoding is served by the qwen35 daemon; "
+                          f"this model runs on {role.name}. Fix: leave draft out.")
+
+
+def _drafter_role(architecture: str, where: str) -> RoleSpec:
+    role = ROLES["pflash"]
+    if architecture not in role.architectures:
+        raise ConfigError(
+            f"{where}: a PFlash drafter must be a GGUF of architecture "
+            f"{', '.join(sorted(role.architectures))}, this one is {architecture!r}. Fix: use "
+            'a small model of one of those (e.g. Qwen3-0.6B), or "default".')
+    return role
+
+
+def _role_for(settings: ModelSettings, architecture: str, where: str) -> RoleSpec:
+    if settings.role is None:
+        try:
+            return target_role_for(architecture)
+        except DaemonsError as exc:
+            raise ConfigError(f"{where}.path: {exc}. Fix: serve a model of a supported "
+                              "architecture.") from None
+    role = ROLES[settings.role]
+    if architecture not in role.architectures:
+        raise ConfigError(
+            f"{where}.role: the {role.name} daemon does not serve GGUF architecture "
+            f"{architecture!r} (it serves {', '.join(sorted(role.architectures))}). Fix: leave "
+            "role out to choose by architecture, or serve a matching model.")
+    return role

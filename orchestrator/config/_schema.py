@@ -1,0 +1,110 @@
+"""The validated configuration: ``LucernaConfig`` of ``ServerSettings`` and ``ModelSettings``.
+
+Defaults come from the key declarations (``_keys``), never written here a second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from daemons.default_model import CHAT_MODEL_NAME, DEFAULT_MODEL_NAME
+from orchestrator.config._keys import (
+    CHAT_MODEL_PATH,
+    DEFAULT_MODEL_PATH,
+    ModelKeys,
+    ServerKeys,
+)
+from orchestrator.prefill import PrefillSettings
+from orchestrator.supervisor import RestartPolicy
+
+__all__ = ["EMBEDDED_MODEL_NAMES", "LucernaConfig", "ModelSettings", "ServerSettings"]
+
+EMBEDDED_MODEL_NAMES = {CHAT_MODEL_PATH: CHAT_MODEL_NAME, DEFAULT_MODEL_PATH: DEFAULT_MODEL_NAME}
+"""Embedded models by their ``path`` word; without a config both are served, the chat
+model first and as the default of requests that name no model."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The ``[server]`` table: where and how the HTTP front end listens."""
+
+    host: str = ServerKeys.HOST.default
+    port: int = ServerKeys.PORT.default
+    api_keys: tuple[str, ...] = ()
+    """Accepted keys; empty means no authentication (only sensible on loopback)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins allowed by CORS; empty means no CORS headers at all."""
+    shutdown_timeout: float = ServerKeys.SHUTDOWN_TIMEOUT.default
+    """Seconds in-flight requests may take to finish after SIGTERM (hypercorn's 3 s is
+    far too short for a long stream)."""
+    max_body_bytes: int = ServerKeys.MAX_BODY_BYTES.default
+    keepalive_interval: float = ServerKeys.KEEPALIVE_INTERVAL.default
+    """Seconds a stream may go without an event before it sends a keep-alive (a long
+    prefill); 0 sends none (orchestrator/keepalive.py)."""
+    log_level: str | None = None
+    cache_ram_mib: int | None = ServerKeys.CACHE_RAM_MIB.default
+    """Host RAM the prefix cache may hold, shared by the models; None: a quarter of the
+    memory available at start, at most 8 GiB; 0: no prefix cache (orchestrator/prefix_cache.py)."""
+    kv_cache_dir: str | None = ServerKeys.KV_CACHE_DIR.default
+    """Where the prefix cache keeps snapshots across restarts; None: RAM only."""
+    kv_cache_dir_mib: int = ServerKeys.KV_CACHE_DIR_MIB.default
+    """Disk budget of ``kv_cache_dir``, shared by the models; 0: no limit."""
+    default_model: str | None = None
+    """The model of a request that names none; None: only a lone model is a default."""
+    group_memory_mib: Mapping[str, int] = field(default_factory=dict)
+    """Per group of models (``[[models]].group``), the memory its awake models may hold
+    together; a wake that would exceed it parks the least recently used idle model of
+    the group first. A group not listed has no limit."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """One ``[[models]]`` table, validated but not yet resolved against the disk."""
+
+    name: str
+    path: str
+    """``"default"`` or an absolute GGUF path (relative ones are resolved on load)."""
+    role: str | None = None
+    n_ctx: int | None = ModelKeys.N_CTX.default
+    threads: int | None = ModelKeys.THREADS.default
+    n_gpu_layers: int | None = ModelKeys.N_GPU_LAYERS.default
+    chunk: int | None = None
+    slots: int | None = None
+    draft: str | None = None
+    """A DFlash draft GGUF (absolute once loaded): speculative decoding; None: none."""
+    draft_block_size: int | None = None
+    """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
+    extra_args: tuple[str, ...] = ()
+    launcher: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    queue_limit: int = ModelKeys.QUEUE_LIMIT.default
+    max_output_tokens: int | None = ModelKeys.MAX_OUTPUT_TOKENS.default
+    """Cap on the tokens of one request, whatever it asks; None: a quarter of n_ctx."""
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    prefill: PrefillSettings | None = None
+    """PFlash speculative prefill (``[models.prefill]``); None: never compressed."""
+    load: str = ModelKeys.LOAD.default
+    """``boot``: started with the server; ``on_demand``: at its first request."""
+    idle_s: float | None = None
+    """Unused this long, the model is parked or stopped (``idle_action``); None: never."""
+    idle_action: str = ModelKeys.IDLE_ACTION.default
+    group: str = ModelKeys.GROUP.default
+    """Models of one group share a device and its ``group_memory_mib`` budget."""
+    chat_template_file: str | None = None
+    """A Jinja chat template to use instead of the GGUF's (absolute once loaded)."""
+    reasoning_effort: str | None = None
+    """A thinking model's default effort when a request names none (EFFORT_BUDGETS)."""
+    reasoning_budget: int | None = None
+    """Its default reasoning budget in tokens (over the effort's); 0: no reasoning."""
+    embeddings: str | None = None
+    """``mean`` or ``last``: ``POST /v1/embeddings`` pools this model's hidden states so
+    (PROTOCOL.md 5.11); None: the model serves no embeddings."""
+
+
+@dataclass(frozen=True)
+class LucernaConfig:
+    server: ServerSettings
+    models: tuple[ModelSettings, ...]
+    source: str = "<config>"
+    """Where it came from, for messages: a file path or ``command line``."""
