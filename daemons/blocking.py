@@ -1,72 +1,120 @@
-"""One daemon over its stdin protocol, blocking and stdlib only.
+"""One daemon over its stdin protocol, blocking: for scripts.
 
-For the GPU scripts in bin/ (``gpu-dflash-bench``, ``gpu-h200-bench``), which run on
-bare benchmark machines under whatever Python is there. The orchestrator drives
-daemons with the Trio client in ``daemons.client``; this is not a second client for it.
+For the GPU scripts in bin/ (``gpu-dflash-bench``, ``gpu-h200-bench``,
+``prefix-reuse-divergence``), which run on bare benchmark machines: no trio, only the
+standard library and protocol/ (whose one dependency, msgpack, Lucerna installs). The
+orchestrator drives daemons with the Trio client in ``daemons.client``; this is not a
+second client for it.
+
+Scripts write commands as the text a person would type (``"park all"``,
+``"generate ids:1,2,3 4 ignore_eos=1"``). ``protocol.parse_command`` reads each line the
+way a daemon does, so a mistyped line is refused here, before it is sent, with the
+``err`` code the daemon would answer (``protocol.CommandError``); the typed command then
+says whether its result comes on the stream fd, and its canonical encoding is what goes
+on the wire. Replies are read with ``protocol.parse_reply_line`` and the stream with
+``protocol.TokenStreamReader``.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 import subprocess
 from pathlib import Path
 
+from protocol import (
+    Command,
+    ErrReply,
+    Generate,
+    InlineIds,
+    OkReply,
+    ProtocolError,
+    Quit,
+    TokenStreamReader,
+    parse_command,
+    parse_reply_line,
+    parse_startup_line,
+)
+
 __all__ = ["BlockingDaemon"]
+
+_READ_SIZE = 65536
 
 
 class BlockingDaemon:
-    """One daemon over its stdin protocol (PROTOCOL.md 7): lines, int32 stream, -1."""
+    """One daemon over its stdin protocol (PROTOCOL.md 7): lines, int32 stream, -1.
+
+    A daemon that dies under a command ends the script: ``SystemExit`` with its command line.
+    """
 
     def __init__(self, binary: Path, model: Path, *flags: str) -> None:
         read_fd, write_fd = os.pipe()
         self.argv = [str(binary), str(model), f"--stream-fd={write_fd}", *flags]
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, pass_fds=(write_fd,), text=True)
-        os.close(write_fd)
+        os.close(write_fd)  # the child holds the only write end, so its death is EOF here
         self.stream = os.fdopen(read_fd, "rb")
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("ready "):
+        line = self.proc.stdout.readline()
+        try:
+            ready = parse_startup_line(line)
+        except ProtocolError:
+            ready = None  # died before it said anything, or said something else
+        if ready is None or isinstance(ready, ErrReply):
             err = self.proc.stderr.read()[-3000:] if self.proc.stderr else ""
-            raise SystemExit(f"daemon did not start: {line!r}\n{' '.join(self.argv)}\n{err}")
-        self.ready = dict(word.split("=", 1) for word in line.split()[1:])
+            raise SystemExit(f"daemon did not start: {line.strip()!r}\n"
+                             f"{' '.join(self.argv)}\n{err}")
+        self.ready: dict[str, str] = ready.fields
+        """Every ``key=value`` of the ready line, decoded."""
 
-    def command(self, line: str) -> str:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        return self.proc.stdout.readline().strip()
+    def command(self, line: Command | str) -> str:
+        """Send one command (a line to parse, or a typed one); its reply line. A stream
+        command's values are read and dropped."""
+        return self._exchange(line)[1]
 
-    def stream_command(self, line: str) -> tuple[list[int], str]:
-        """A stream command (PROTOCOL.md 5): its values up to the ``-1`` every stream
-        command writes, success or error, then its reply line."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        values: list[int] = []
-        while True:
-            raw = self.stream.read(4)
-            if len(raw) < 4:
-                raise SystemExit(f"the daemon died: {' '.join(self.argv)}")
-            (value,) = struct.unpack("<i", raw)
-            if value == -1:
-                break
-            values.append(value)
-        return values, self.proc.stdout.readline().strip()
+    def stream_command(self, line: Command | str) -> tuple[list[int], str]:
+        """Send one stream command (PROTOCOL.md 5): its values up to the ``-1`` every
+        stream command writes, success or error, then its reply line."""
+        return self._exchange(line)
 
     def generate(self, prompt: list[int], n_gen: int) -> tuple[list[int], dict[str, str]]:
-        tokens, reply = self.stream_command(
-            f"generate ids:{','.join(map(str, prompt))} {n_gen} ignore_eos=1")
-        if not reply.startswith("ok generate"):
-            raise SystemExit(f"generate failed: {reply}")
-        return tokens, dict(word.split("=", 1) for word in reply.split()[2:])
+        """``generate`` of ``n_gen`` tokens, end-of-generation ignored: the tokens and the
+        reply's fields."""
+        tokens, line = self._exchange(Generate(InlineIds(tuple(prompt)), n_gen, ignore_eos=True))
+        reply = parse_reply_line(line)
+        if not isinstance(reply, OkReply) or reply.command != "generate":
+            raise SystemExit(f"generate failed: {line}")
+        return tokens, reply.fields
 
     def close(self) -> None:
         try:
-            self.command("quit")
+            self._write(Quit())
             self.proc.wait(timeout=120)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.stream.close()
+
+    def _exchange(self, command: Command | str) -> tuple[list[int], str]:
+        """Send a command; its stream values (none unless a stream command) and reply line.
+
+        Raises:
+            protocol.CommandError: a line the daemon would refuse whatever its state.
+        """
+        if isinstance(command, str):
+            command = parse_command(command)
+        self._write(command)
+        values: list[int] = []
+        if command.is_stream:
+            reader = TokenStreamReader()
+            while not reader.finished:
+                data = self.stream.read1(_READ_SIZE)
+                if not data:
+                    raise SystemExit(f"the daemon died: {' '.join(self.argv)}")
+                values.extend(reader.feed(data))
+        assert self.proc.stdout is not None
+        return values, self.proc.stdout.readline().strip()
+
+    def _write(self, command: Command) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command.encode().decode("utf-8"))
+        self.proc.stdin.flush()
