@@ -1,7 +1,9 @@
 """The Lucerna daemon protocol, sans I/O.
 
-Everything here works on ``str`` and ``bytes``: encoding commands, parsing the ready
-line and replies, framing the token stream, the token file and piece table formats.
+Everything here works on ``str`` and ``bytes``: encoding commands (and reading a
+command line the way a daemon does, ``parse_command``, for scripts and test doubles),
+parsing the ready line and replies, framing the token stream, the token file and piece
+table formats.
 It never imports trio or subprocess; the only I/O is reading and writing a token file
 or piece table at a path you give. ``PROTOCOL.md`` next to this file is the contract.
 """

@@ -5,6 +5,12 @@
 doubles and future daemons agree with the C++ one. It knows only the line: refusals that
 depend on the daemon's state or flags (``empty_slot``, a slot beyond ``--slots``,
 ``parked``, ``unsupported`` for a role, ``snapshot_mismatch``) are the daemon's.
+
+It is public, for scripting daemons: ``daemons.blocking`` reads the command lines the
+bin/ scripts write by hand with it, so a mistyped line is refused before it is sent and
+the typed command says whether its result comes on the stream; the transcript tests
+read PROTOCOL.md's examples with it. It is not a test helper: a script's hand-written
+lines are real input, checked here as the daemon will check them.
 """
 
 from __future__ import annotations
