@@ -38,6 +38,7 @@ from orchestrator.clients import CLIENTS, ensure_client
 from orchestrator.clients.cli import add_clients_parser
 from orchestrator.config import (
     Overrides,
+    add_serve_arguments,
     apply_overrides,
     build_models,
     load_config,
@@ -81,18 +82,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    config = apply_overrides(load_config(args.config) if args.config else None, Overrides(
-        host=args.host, port=args.port, api_keys=_api_keys_from_flags(args),
-        shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes,
-        keepalive_interval=args.keepalive_interval,
-        model=args.model, model_name=args.model_name, n_ctx=args.n_ctx, threads=args.threads,
-        n_gpu_layers=args.n_gpu_layers, queue_limit=args.queue_limit,
-        max_output_tokens=args.max_output_tokens,
-        restart_max_failures=args.restart_max_failures, draft=args.draft,
-        cache_ram_mib=args.cache_ram_mib, kv_cache_dir=args.kv_cache_dir,
-        kv_cache_dir_mib=args.kv_cache_dir_mib,
-        prefill=prefill_overrides(args), embeddings=args.embeddings,
-    ))
+    flags = Overrides.from_args(args, api_keys=_api_keys_from_flags(args),
+                                prefill=prefill_overrides(args))
+    config = apply_overrides(load_config(args.config) if args.config else None, flags)
     server = config.server
     if server.log_level and not args.log_level_given:
         logging.getLogger().setLevel(server.log_level)
@@ -226,52 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve a model over the OpenAI-compatible HTTP API")
     # Every default is None: a flag that was not given leaves the config file's value
-    # (or the built-in default) alone; see config.apply_overrides for the rules.
+    # (or the declared default) alone; see config.apply_overrides for the rules.
     serve.add_argument("--config", default=os.environ.get("LUCERNA_CONFIG") or None,
                        help="TOML config file (default: $LUCERNA_CONFIG; example: "
                        "configs/lucerna.toml); the flags below override it")
-    serve.add_argument("--model", help="GGUF file to serve alone, or 'default' (the "
-                       "embedded gemma3-270m) or 'default-chat' (SmolLM2-135M-Instruct); "
-                       "without it and --config both embedded ones, the chat one the "
-                       "default; with --config it adds a model, or replaces the path of the "
-                       "one named --model-name")
-    serve.add_argument("--model-name", help="name clients use in the `model` field "
-                       "(default: gemma3-270m, smollm2-135m-instruct, or the file's stem)")
-    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
-    serve.add_argument("--api-key-file", help="file with the accepted API keys, one per line "
-                       "(or set $LUCERNA_API_KEY); without one, no key is needed")
-    serve.add_argument("--max-body-bytes", type=int,
-                       help="largest request body accepted, else 413 (default 32 MiB)")
-    serve.add_argument("--keepalive-interval", type=float,
-                       help="seconds a stream may stay silent (a long prefill) before it "
-                       "sends a keep-alive event (default 15; 0: none)")
-    serve.add_argument("--n-ctx", type=int, help="context size in tokens (default 4096)")
-    serve.add_argument("--threads", type=int, help="CPU threads per daemon (default: all)")
-    serve.add_argument("--n-gpu-layers", type=int, help="layers to offload (GPU builds)")
-    serve.add_argument("--max-output-tokens", type=int,
-                       help="cap on tokens generated per request, whatever it asks "
-                       "(default: a quarter of the context)")
-    serve.add_argument("--shutdown-timeout", type=float,
-                       help="seconds to drain in-flight requests on SIGTERM (default 30)")
-    serve.add_argument("--queue-limit", type=int,
-                       help="requests that may wait per model before new ones get 503 "
-                       "(default 16)")
-    serve.add_argument("--restart-max-failures", type=int,
-                       help="consecutive daemon failures after which the server exits "
-                       "non-zero (default 5)")
-    serve.add_argument("--draft", help="DFlash draft GGUF for speculative decoding (qwen35 "
-                       "daemon); every generation then drafts and verifies")
-    serve.add_argument("--embeddings", nargs="?", const="mean", choices=("mean", "last"),
-                       help="serve POST /v1/embeddings: each input's hidden states pooled "
-                       "(mean, the default, or last token); off without the flag")
-    serve.add_argument("--cache-ram", type=int, dest="cache_ram_mib", metavar="MIB",
-                       help="host RAM for the prefix cache, shared by the models (default: a "
-                       "quarter of available memory, at most 8192; 0: no prefix cache)")
-    serve.add_argument("--kv-cache-dir", metavar="DIR",
-                       help="keep prefix-cache snapshots in DIR across restarts")
-    serve.add_argument("--kv-cache-dir-mib", type=int, metavar="MIB",
-                       help="disk budget of --kv-cache-dir (default 0: no limit)")
+    add_serve_arguments(serve)
     add_prefill_arguments(serve)
     serve.set_defaults(func=cmd_serve)
 

@@ -89,7 +89,7 @@ THREADS = Setting("threads", int, "give a CPU thread count, or leave it out for 
 N_GPU_LAYERS = Setting("n_gpu_layers", int,
                        "give the layers to offload (-1 or leave out: all that fit the build)",
                        shown="all that fit the build", low=-1, flag="--n-gpu-layers",
-                       help="layers to offload (GPU builds; -1: all)")
+                       help="layers to offload on GPU builds, -1: all")
 
 
 def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, setting: Setting, *,
