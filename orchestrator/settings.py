@@ -13,7 +13,8 @@ that one declaration come
 
 ``N_CTX``, ``THREADS`` and ``N_GPU_LAYERS`` are declared here because every command
 that starts a daemon (``serve``, ``niah``, ``bench``) and every daemon table
-(``[[models]]``, ``[models.prefill]``) takes them. This module imports nothing of
+(``[[models]]``, ``[models.prefill]``) takes them; ``BEARER_KEY`` because every command
+that talks to a running Lucerna (``niah``, ``bench``) does. This module imports nothing of
 ours but the error type, so a command line may import it before anything heavy.
 """
 
@@ -29,6 +30,8 @@ from typing import Any
 from orchestrator.errors import ConfigError
 
 __all__ = [
+    "BEARER_KEY",
+    "BEARER_KEY_ENV",
     "N_CTX",
     "N_GPU_LAYERS",
     "THREADS",
@@ -90,6 +93,11 @@ N_GPU_LAYERS = Setting("n_gpu_layers", int,
                        "give the layers to offload (-1 or leave out: all that fit the build)",
                        shown="all that fit the build", low=-1, flag="--n-gpu-layers",
                        help="layers to offload on GPU builds, -1: all")
+
+BEARER_KEY_ENV = "LUCERNA_API_KEY"
+BEARER_KEY = Setting("api_key", str, f"pass the server's API key, or set ${BEARER_KEY_ENV}",
+                     shown=f"${BEARER_KEY_ENV}", flag="--api-key", help="bearer key")
+"""The key a client command (``niah``, ``bench``) sends to a running Lucerna."""
 
 
 def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, setting: Setting, *,

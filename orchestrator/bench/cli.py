@@ -19,7 +19,8 @@ request prefills from its first token: the fair footing for single-request prefi
 and decode figures (``code``, ``long-*``), as the figures before issue 12 were made.
 
 The markdown tables go to stdout, progress to stderr, everything to ``--out``.
-Only argparse is imported here; the benchmark's modules load when it runs.
+Only argparse and the flag declarations (orchestrator.settings) are imported here; the
+benchmark's modules load when it runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from orchestrator.settings import (
+    BEARER_KEY,
+    BEARER_KEY_ENV,
+    N_CTX,
+    N_GPU_LAYERS,
+    THREADS,
+    add_flag,
+)
 
 if TYPE_CHECKING:
     from orchestrator.bench.client import Endpoint
@@ -84,8 +94,8 @@ def add_bench_parser(sub: Any) -> None:
     where.add_argument("--compare-pid", type=int, help="process id of --compare's server")
     where.add_argument("--model-name", help="the `model` field of requests (default: none "
                        "with --url, the file's stem with --model)")
-    where.add_argument("--api-key", default=os.environ.get("LUCERNA_API_KEY") or None,
-                       help="bearer key for --url and --compare (default: $LUCERNA_API_KEY)")
+    add_flag(where, BEARER_KEY, default=os.environ.get(BEARER_KEY_ENV) or None,
+             help="bearer key for --url and --compare")
     where.add_argument("--model", help="GGUF file ('default': the embedded gemma3-270m): "
                        "start `lucerna serve` on it and the --against target")
     where.add_argument("--against", choices=_AGAINST, help="llama-server: llama.cpp's own "
@@ -113,10 +123,10 @@ def add_bench_parser(sub: Any) -> None:
 
     engine = bench.add_argument_group("self-contained settings (with --model; both servers "
                                       "get the same)")
-    engine.add_argument("--n-ctx", type=int, help="context size (default: what the largest "
-                        "set needs, within the model's training context)")
-    engine.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    engine.add_argument("--n-gpu-layers", type=int, help="layers to offload (default: all)")
+    add_flag(engine, N_CTX, shown="what the largest set needs, within the model's training "
+             "context")
+    add_flag(engine, THREADS)
+    add_flag(engine, N_GPU_LAYERS)
     engine.add_argument("--queue-limit", type=int, help="Lucerna's --queue-limit (default: "
                         "the largest concurrency, at least 16)")
     engine.add_argument("--startup-timeout", type=float, default=600.0,

@@ -11,7 +11,8 @@ Every (length, depth) case is answered with the full prompt (the TTFT baseline, 
 ``--no-baseline``) and then compressed at each keep ratio. The markdown table goes to
 stdout, progress to stderr, everything to ``--out`` (JSON) and ``--png`` (a heatmap
 per keep ratio). Exit status 0 only when the needle was found in every cell, 1
-otherwise. Only argparse is imported here; the rest loads when the command runs.
+otherwise. Only argparse and the flag declarations (orchestrator.settings) are imported
+here; the rest loads when the command runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from orchestrator.settings import (
+    BEARER_KEY,
+    BEARER_KEY_ENV,
+    N_CTX,
+    N_GPU_LAYERS,
+    THREADS,
+    add_flag,
+)
 
 if TYPE_CHECKING:
     from orchestrator.niah._backends import Backend
@@ -80,11 +90,10 @@ def add_niah_parser(sub: Any) -> None:
                         help="target GGUF, or 'default' (the embedded gemma3-270m)")
     daemon.add_argument("--drafter", default="default",
                         help="drafter GGUF (qwen3, qwen35, gemma3 or llama), or 'default'")
-    daemon.add_argument("--n-ctx", type=int,
-                        help="context of both daemons (default: the longest length plus "
-                        "--max-tokens plus 64)")
-    daemon.add_argument("--threads", type=int, help="CPU threads per daemon (default: all)")
-    daemon.add_argument("--n-gpu-layers", type=int, help="layers to offload (GPU builds)")
+    add_flag(daemon, N_CTX, help="context of both daemons",
+             shown="the longest length plus --max-tokens plus 64")
+    add_flag(daemon, THREADS)
+    add_flag(daemon, N_GPU_LAYERS)
     daemon.add_argument("--park", action="store_true",
                         help="park the target while the drafter scores (shared device)")
     daemon.add_argument("--lookahead", type=int, help="compress lookahead (default 8)")
@@ -94,8 +103,7 @@ def add_niah_parser(sub: Any) -> None:
     http.add_argument("--url", default="http://127.0.0.1:8080/v1",
                       help="the server's base URL (default http://127.0.0.1:8080/v1); it needs "
                       "prefill compression on (a drafter), e.g. --prefill-compression auto")
-    http.add_argument("--api-key", default=os.environ.get("LUCERNA_API_KEY") or None,
-                      help="bearer key (default: $LUCERNA_API_KEY)")
+    add_flag(http, BEARER_KEY, default=os.environ.get(BEARER_KEY_ENV) or None)
     http.add_argument("--model-name", help="the model field (default: the server's only one)")
     niah.set_defaults(func=cmd_niah)
 
