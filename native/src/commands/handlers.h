@@ -1,6 +1,7 @@
 // Command handlers (PROTOCOL.md section 5). Each returns its `ok ...` reply line or
 // throws ProtocolError; stream commands write their values to session.stream and the
-// dispatcher (daemon.cpp) writes the single -1 terminator after them.
+// dispatcher (daemon/daemon.cpp) writes the single -1 terminator after them. The command
+// table (commands/command_table.h) says which handler answers which command.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +27,8 @@ std::string handle_load_slot(Session & session, const CommandLine & cmd);       
 std::string handle_park(Session & session, const CommandLine & cmd);                             // park.cpp
 std::string handle_unpark(Session & session, const CommandLine & cmd);                           // park.cpp
 std::string handle_embed(Session & session, const CommandLine & cmd);                            // embed.cpp
+std::string handle_cancel(const CommandLine & cmd, bool running);                                // cancel.cpp
+// quit and exit; sets `quit`.
+std::string handle_quit(const CommandLine & cmd, const char * name, bool & quit);                // quit.cpp
 
 }  // namespace lucerna

@@ -12,13 +12,12 @@
 // context, so it goes whenever the target's context goes and is recreated over the new
 // one on `unpark target`; its weights stay loaded (draft=ready) while only the target is
 // parked. Without a draft, draft=absent and parking it is a no-op.
-#include "commands/park.h"
+#include "commands/handlers.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
-#include "commands/handlers.h"
 #include "commands/stats.h"
 #include "wire/errors.h"
 
@@ -87,11 +86,6 @@ void unpark_target(Session & session) {
 }
 
 }  // namespace
-
-bool needs_weights(const std::string & command) {
-    return command == "generate" || command == "restore" || command == "snapshot" || command == "compress" ||
-           command == "embed";
-}
 
 std::string handle_park(Session & session, const CommandLine & cmd) {
     const Which which = parse_which(cmd, "park [target|draft|all]");

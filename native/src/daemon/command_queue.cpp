@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "commands/command_table.h"
 #include "wire/wire.h"
 
 namespace lucerna {
@@ -56,10 +57,11 @@ void CommandQueue::on_line(std::string line) {
         line.pop_back();
     }
     QueuedCommand command;
-    const std::string word = first_word(line);
-    if (word == "generate" || word == "restore") {
+    const CommandInfo * info = find_command(first_word(line));
+    const OnRead on_read = info != nullptr ? info->on_read : OnRead::kNothing;
+    if (on_read == OnRead::kNumberGeneration) {
         command.generate_seq = cancel_.note_generate();
-    } else if (word == "cancel") {
+    } else if (on_read == OnRead::kCancel) {
         command.cancel_running = cancel_.note_cancel();
     }
     command.line = std::move(line);

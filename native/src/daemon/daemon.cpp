@@ -10,8 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "commands/handlers.h"
-#include "commands/park.h"
+#include "commands/command_table.h"
 #include "daemon/args.h"
 #include "daemon/command_queue.h"
 #include "daemon/log.h"
@@ -37,34 +36,6 @@ namespace lucerna {
 namespace {
 
 constexpr int kProtocolVersion = 1;
-
-// Commands each kind of role answers, in the order of the ready line.
-std::vector<std::string> capabilities(const RoleInfo & role) {
-    if (role.generates) {
-        std::vector<std::string> caps = {"generate", "tokenize", "detokenize", "vocab", "stats",
-                                         "cancel", "snapshot", "restore", "free_snapshot", "list_slots",
-                                         "save_slot", "load_slot", "park", "unpark", "embed", "quit"};
-        if (std::string(role.name) == "pflash") {
-            caps.emplace_back("compress");
-        }
-        return caps;
-    }
-    return {"stats", "quit"};
-}
-
-bool is_stream_command(const std::string & name) {
-    return name == "generate" || name == "tokenize" || name == "restore" || name == "compress";
-}
-
-// Every command of protocol version 1: one of these that a role does not serve is
-// `unsupported`, anything else `unknown_command` (PROTOCOL.md section 5).
-bool is_protocol_command(const std::string & name) {
-    static const char * const kCommands[] = {"generate", "tokenize", "detokenize", "vocab", "stats",
-                                             "quit", "exit", "cancel", "snapshot", "restore",
-                                             "free_snapshot", "list_slots", "save_slot", "load_slot",
-                                             "park", "unpark", "compress", "embed"};
-    return std::find(std::begin(kCommands), std::end(kCommands), name) != std::end(kCommands);
-}
 
 // The private copy of the original stdout. fd 1 itself is pointed at stderr, so a
 // stray printf anywhere in the process (engine included) can never corrupt the
@@ -157,7 +128,7 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
 
 class Dispatcher {
 public:
-    explicit Dispatcher(Session & session) : session_(session), caps_(capabilities(session.role)) {}
+    explicit Dispatcher(Session & session) : session_(session) {}
 
     // Returns the reply line ("" for a blank line, which gets none); sets `quit`.
     std::string run(const QueuedCommand & queued, bool & quit) {
@@ -168,14 +139,20 @@ public:
     }
 
 private:
+    // A stream command owes its single -1 even when it is refused before it runs.
+    void terminate_refused(const CommandInfo * command) {
+        if (command != nullptr && command->stream && session_.stream.available()) {
+            session_.stream.begin();
+            session_.stream.terminate();
+        }
+    }
+
     std::string dispatch(const QueuedCommand & queued, bool & quit) {
         const std::string name = first_word(queued.line);
+        const CommandInfo * command = find_command(name);
         if (queued.too_long) {
-            // Only the first word survived; a stream command still owes its single -1.
-            if (is_stream_command(name) && session_.stream.available()) {
-                session_.stream.begin();
-                session_.stream.terminate();
-            }
+            // Only the first word survived.
+            terminate_refused(command);
             return err_line(ErrorCode::kLineTooLong, "the command line is longer than --max-line=" +
                                                          std::to_string(session_.opts.max_line) +
                                                          " bytes; it was discarded");
@@ -183,84 +160,42 @@ private:
         if (name.empty()) {
             return {};
         }
-        const bool known = std::find(caps_.begin(), caps_.end(), name) != caps_.end() || name == "exit";
-        if (!known && is_protocol_command(name)) {
-            // A stream command still owes its single -1, even refused.
-            if (is_stream_command(name) && session_.stream.available()) {
-                session_.stream.begin();
-                session_.stream.terminate();
-            }
-            return err_line(ErrorCode::kUnsupported, name == "compress"
-                                                         ? std::string("compress is served by the pflash role")
-                                                         : name + " is not served by " + session_.role.binary +
-                                                               "; see capabilities in the ready line");
-        }
-        if (!known) {
+        if (command == nullptr) {
             return err_line(ErrorCode::kUnknownCommand, name + " is not a command of " + session_.role.binary +
                                                             "; see capabilities in the ready line");
         }
-        if (name == "quit" || name == "exit") {
-            try {
-                const CommandLine cmd = parse_command_line(queued.line);
-                cmd.expect_positional(0, name.c_str());
-                cmd.check_options({}, name.c_str());
-            } catch (const ProtocolError & error) {
-                return err_line(error.code(), error.what());
-            }
-            quit = true;
-            return OkReply("quit").line();
+        if (!serves(*command, session_.role)) {
+            terminate_refused(command);
+            return err_line(ErrorCode::kUnsupported, unsupported_detail(*command, session_.role));
         }
-        const bool stream = is_stream_command(name);
-        if (stream && !session_.stream.available()) {
+        if (command->stream && !session_.stream.available()) {
             return err_line(ErrorCode::kNoStreamFd,
                             name + " writes to the stream fd; start the daemon with --stream-fd=N");
         }
-        if (stream) {
+        if (command->stream) {
             session_.stream.begin();
         }
         std::string reply;
         try {
-            if (session_.parked && needs_weights(name)) {
+            if (session_.parked && command->needs_weights) {
                 throw ProtocolError(ErrorCode::kParked, "the target is parked; send unpark first");
             }
-            reply = handle(name, parse_command_line(queued.line), queued);
+            const CommandLine cmd = parse_command_line(queued.line);
+            CommandCall call{session_, cmd, queued};
+            reply = command->handler(call);
+            quit = call.quit;
         } catch (const ProtocolError & error) {
             reply = err_line(error.code(), error.what());
         } catch (const std::exception & error) {
             reply = err_line(ErrorCode::kDecodeFailed, std::string("engine error: ") + error.what());
         }
-        if (stream) {
+        if (command->stream) {
             session_.stream.terminate();  // exactly one -1, success or error
         }
         return reply;
     }
 
-    std::string handle(const std::string & name, const CommandLine & cmd, const QueuedCommand & queued) {
-        if (name == "generate") return handle_generate(session_, cmd, queued.generate_seq);
-        if (name == "tokenize") return handle_tokenize(session_, cmd);
-        if (name == "detokenize") return handle_detokenize(session_, cmd);
-        if (name == "vocab") return handle_vocab(session_, cmd);
-        if (name == "stats") return handle_stats(session_, cmd);
-        if (name == "compress") return handle_compress(session_, cmd);
-        if (name == "snapshot") return handle_snapshot(session_, cmd);
-        if (name == "restore") return handle_restore(session_, cmd, queued.generate_seq);
-        if (name == "free_snapshot") return handle_free_snapshot(session_, cmd);
-        if (name == "list_slots") return handle_list_slots(session_, cmd);
-        if (name == "save_slot") return handle_save_slot(session_, cmd);
-        if (name == "load_slot") return handle_load_slot(session_, cmd);
-        if (name == "park") return handle_park(session_, cmd);
-        if (name == "unpark") return handle_unpark(session_, cmd);
-        if (name == "embed") return handle_embed(session_, cmd);
-        if (name == "cancel") {
-            cmd.expect_positional(0, "cancel");
-            cmd.check_options({}, "cancel");
-            return OkReply("cancel").add("running", queued.cancel_running ? "1" : "0").line();
-        }
-        throw ProtocolError(ErrorCode::kUnknownCommand, name + " is not a command");
-    }
-
     Session & session_;
-    std::vector<std::string> caps_;
 };
 
 }  // namespace
