@@ -14,6 +14,9 @@ from typing import Any
 
 import openai
 import pytest
+from anthropic.types import MessageParam
+from anthropic.types import ToolParam as AnthropicToolParam
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from tests.conftest import LucernaServer
 
@@ -31,12 +34,14 @@ PARAMETERS: dict[str, Any] = {
 }
 DESCRIPTION = "Current weather for a city"
 
-CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": DESCRIPTION,
-                                                "parameters": PARAMETERS}}]
-RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "description": DESCRIPTION,
-                    "parameters": PARAMETERS}]
-ANTHROPIC_TOOLS = [{"name": "get_weather", "description": DESCRIPTION,
-                    "input_schema": PARAMETERS}]
+CHAT_TOOLS: list[ChatCompletionFunctionToolParam] = [{
+    "type": "function",
+    "function": {"name": "get_weather", "description": DESCRIPTION, "parameters": PARAMETERS}}]
+# Plain dicts: the SDK's FunctionToolParam requires "strict", which these requests leave out.
+RESPONSES_TOOLS: list[dict[str, Any]] = [{"type": "function", "name": "get_weather",
+                                          "description": DESCRIPTION, "parameters": PARAMETERS}]
+ANTHROPIC_TOOLS: list[AnthropicToolParam] = [{"name": "get_weather", "description": DESCRIPTION,
+                                              "input_schema": PARAMETERS}]
 
 
 def openai_client(server: LucernaServer) -> openai.OpenAI:
@@ -55,8 +60,8 @@ def check_openai_errors(create: Callable[..., Any], prompt_key: str) -> None:
         assert too_long.value.code == "context_length_exceeded"
 
 
-def chat_messages() -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
+def chat_messages() -> list[ChatCompletionMessageParam]:
+    messages: list[ChatCompletionMessageParam] = []
     for i, city in enumerate(CITIES):
         messages += [
             {"role": "user", "content": f"What is the weather in {city}?"},
@@ -84,8 +89,8 @@ def responses_input() -> list[dict[str, Any]]:
     return [*items, {"role": "user", "content": QUESTION}]
 
 
-def anthropic_messages() -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
+def anthropic_messages() -> list[MessageParam]:
+    messages: list[MessageParam] = []
     for i, city in enumerate(CITIES):
         messages += [
             {"role": "user", "content": f"What is the weather in {city}?"},

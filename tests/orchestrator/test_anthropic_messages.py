@@ -8,6 +8,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from anthropic.types import MessageParam, TextBlock, TextBlockParam, ToolUseBlock
 
 from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import (
@@ -19,8 +20,8 @@ from tests.orchestrator._dialogues import (
 )
 
 GREEDY = {"temperature": 0}
-HI = [{"role": "user", "content": "Say hi"}]
-SYSTEM = [{"type": "text", "text": "Be brief."}]
+HI: list[MessageParam] = [{"role": "user", "content": "Say hi"}]
+SYSTEM: list[TextBlockParam] = [{"type": "text", "text": "Be brief."}]
 
 
 def client_for(server: LucernaServer) -> anthropic.Anthropic:
@@ -33,11 +34,13 @@ def test_text_stream_and_create_agree(server: LucernaServer) -> None:
                                 max_tokens=32, extra_body=GREEDY) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
-    assert text and final.content[0].type == "text" and final.content[0].text == text
+    first = final.content[0]
+    assert text and isinstance(first, TextBlock) and first.text == text
     assert final.stop_reason == "end_turn" and final.id.startswith("msg_")
     created = client.messages.create(model=MODEL, system=SYSTEM, messages=HI,
                                       max_tokens=32, extra_body=GREEDY)
-    assert [(b.type, b.text) for b in created.content] == [("text", text)]
+    [created_text] = created.content
+    assert isinstance(created_text, TextBlock) and created_text.text == text
     assert created.usage.input_tokens == final.usage.input_tokens
     assert created.usage.output_tokens == final.usage.output_tokens > 0
     counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=HI)
@@ -48,17 +51,20 @@ def test_max_tokens_and_stop_sequences(server: LucernaServer) -> None:
     client = client_for(server)
     cut = client.messages.create(model=MODEL, messages=HI, max_tokens=1, extra_body=GREEDY)
     assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 1
-    story = [{"role": "user", "content": "Tell me a story about a lamp."}]
+    story: list[MessageParam] = [{"role": "user", "content": "Tell me a story about a lamp."}]
     free = client.messages.create(model=MODEL, messages=story, max_tokens=12,
                                   extra_body=GREEDY)
-    assert free.content[0].type == "text"
-    words = free.content[0].text.split()
+    free_text = free.content[0]
+    assert isinstance(free_text, TextBlock)
+    words = free_text.text.split()
     assert len(words) >= 3
     stop = words[2]
     stopped = client.messages.create(model=MODEL, messages=story, max_tokens=12,
                                      extra_body=GREEDY, stop_sequences=[stop])
     assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == stop
-    assert stopped.content[0].text == free.content[0].text[: free.content[0].text.index(stop)]
+    stopped_text = stopped.content[0]
+    assert isinstance(stopped_text, TextBlock)
+    assert stopped_text.text == free_text.text[: free_text.text.index(stop)]
 
 
 def test_tool_use_from_history_with_tool_results(server: LucernaServer) -> None:
@@ -68,13 +74,14 @@ def test_tool_use_from_history_with_tool_results(server: LucernaServer) -> None:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     [block] = final.content
-    assert block.type == "tool_use" and block.name == "get_weather"
+    assert isinstance(block, ToolUseBlock) and block.name == "get_weather"
     assert block.input == EXPECTED_ARGUMENTS
     created = client.messages.create(model=MODEL, messages=anthropic_messages(),
                                       tools=ANTHROPIC_TOOLS, max_tokens=40, extra_body=GREEDY)
     assert created.stop_reason == "tool_use"
-    assert [(b.type, b.name, b.input) for b in created.content] == [
-        ("tool_use", "get_weather", EXPECTED_ARGUMENTS)]
+    [created_block] = created.content
+    assert isinstance(created_block, ToolUseBlock) and created_block.name == "get_weather"
+    assert created_block.input == EXPECTED_ARGUMENTS
 
 
 def test_forced_tool_use(server: LucernaServer) -> None:
@@ -87,7 +94,7 @@ def test_forced_tool_use(server: LucernaServer) -> None:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     [block] = final.content
-    assert block.type == "tool_use" and block.name == "get_weather"
+    assert isinstance(block, ToolUseBlock) and block.name == "get_weather"
     assert isinstance(block.input["city"], str)
 
 
@@ -131,7 +138,7 @@ def test_sdk_raises_its_own_errors(server: LucernaServer) -> None:
     client = client_for(server)
     with pytest.raises(anthropic.NotFoundError):
         client.messages.create(model="no-such-model", messages=HI, max_tokens=4)
-    too_long = [{"role": "user", "content": "lamp " * 3000}]
+    too_long: list[MessageParam] = [{"role": "user", "content": "lamp " * 3000}]
     with pytest.raises(anthropic.BadRequestError, match="maximum context length"):
         client.messages.create(model=MODEL, messages=too_long, max_tokens=4)
     # Counting is how a client finds out it must compact, so it counts what does not fit.

@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 import trio
+from openai.types.chat import ChatCompletionMessageParam
 
 from daemons.client import open_daemon
 from daemons.native import NativeBuild
@@ -19,7 +20,8 @@ from daemons.roles import DaemonLaunch, role_named
 from orchestrator.chat_template import FALLBACK_STOP, ChatTemplate
 from tests.conftest import LucernaServer
 
-MESSAGES = [{"role": "user", "content": "List three colours of the rainbow."}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "List three colours of the rainbow."}]
 N_TOKENS = 24
 
 
@@ -79,7 +81,8 @@ def test_stream_parses_with_the_openai_client_and_matches_non_stream(server: Luc
     assert finishes[-1] == plain.choices[0].finish_reason
     assert all(f is None for f in finishes[:-1])
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
-    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens  # type: ignore[union-attr]
+    assert plain.usage is not None
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
         plain.choices[0].message.content)
 
@@ -136,7 +139,7 @@ def test_errors_have_the_openai_shape(server: LucernaServer) -> None:
     assert not_found.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="gemma3-270m", messages=[])
-    long_prompt = [{"role": "user", "content": "lamp " * 3000}]
+    long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": "lamp " * 3000}]
     with pytest.raises(openai.BadRequestError) as too_long:
         client.chat.completions.create(model="gemma3-270m", messages=long_prompt)
     assert too_long.value.code == "context_length_exceeded"

@@ -11,11 +11,13 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import MODEL, openai_client
 
-QUESTION = [{"role": "user", "content": "Name three colours."}]
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
 def check_entries(entries: list[Any], top: int) -> None:
@@ -83,7 +85,8 @@ def test_completions_logprobs_and_echo(server: LucernaServer) -> None:
     assert logprobs.text_offset == [sum(map(len, logprobs.tokens[:i])) for i in range(8)]
     chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=8,
                                             temperature=0, logprobs=3, stream=True))
-    streamed = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    streamed = [t for c in chunks if c.choices[0].logprobs
+                for t in c.choices[0].logprobs.tokens or []]
     assert streamed == logprobs.tokens
 
     echoed = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0,
@@ -100,8 +103,10 @@ def test_responses_logprobs(server: LucernaServer) -> None:
     reply = client.responses.create(model=MODEL, input="Name three colours.", temperature=0,
                                     max_output_tokens=8, top_logprobs=2,
                                     include=["message.output_text.logprobs"])
-    part = reply.output[0].content[0]  # type: ignore[union-attr]
-    assert part.type == "output_text" and part.logprobs
+    message = reply.output[0]
+    assert isinstance(message, ResponseOutputMessage)
+    part = message.content[0]
+    assert isinstance(part, ResponseOutputText) and part.logprobs
     check_entries(part.logprobs, 2)
     deltas: list[Any] = []
     final: Any = None
@@ -116,7 +121,10 @@ def test_responses_logprobs(server: LucernaServer) -> None:
     assert final is not None and final.output[0].content[0].logprobs == part.logprobs
     plain = client.responses.create(model=MODEL, input="Name three colours.", temperature=0,
                                     max_output_tokens=8)
-    assert plain.output[0].content[0].logprobs == []  # type: ignore[union-attr]
+    plain_message = plain.output[0]
+    assert isinstance(plain_message, ResponseOutputMessage)
+    plain_part = plain_message.content[0]
+    assert isinstance(plain_part, ResponseOutputText) and plain_part.logprobs == []
 
 
 @pytest.mark.parametrize(("call", "fields", "param"), [

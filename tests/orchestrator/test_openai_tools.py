@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pydantic
 import pytest
+from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 
 from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import (
@@ -25,7 +26,7 @@ from tests.orchestrator._dialogues import (
     openai_client,
 )
 
-ASK = [{"role": "user", "content": QUESTION}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
 
 
 def test_unforced_call_accumulates_in_the_stream_helper(server: LucernaServer) -> None:
@@ -46,6 +47,7 @@ def test_unforced_call_accumulates_in_the_stream_helper(server: LucernaServer) -
     plain = client.chat.completions.create(model=MODEL, messages=chat_messages(),
                                            tools=CHAT_TOOLS, max_tokens=40, temperature=0)
     [plain_call] = plain.choices[0].message.tool_calls or []
+    assert isinstance(plain_call, ChatCompletionMessageFunctionToolCall)
     assert plain.choices[0].finish_reason == "tool_calls"
     assert plain.choices[0].message.content is None
     assert (plain_call.function.name, plain_call.function.arguments) == (
