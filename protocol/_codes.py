@@ -47,6 +47,8 @@ class ErrorCode(enum.StrEnum):
     BAD_SNAPSHOT_FILE = "bad_snapshot_file"
     PARKED = "parked"
     RPC_FAILED = "rpc_failed"
+    BAD_SEQ = "bad_seq"
+    SEQ_BUSY = "seq_busy"
 
     @property
     def is_startup(self) -> bool:

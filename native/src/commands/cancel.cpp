@@ -1,13 +1,21 @@
-// cancel (PROTOCOL.md 5.4). The stdin reader already acted on it when it read the line
+// cancel [seq] (PROTOCOL.md 5.4, 9.3). The stdin reader already acted on it when it read the line
 // (daemon/cancel.h); this only answers whether a generation was running then.
+#include "commands/generate.h"
 #include "commands/handlers.h"
 
 namespace lucerna {
 
-std::string handle_cancel(const CommandLine & cmd, bool running) {
-    cmd.expect_positional(0, "cancel");
-    cmd.check_options({}, "cancel");
-    return OkReply("cancel").add("running", running ? "1" : "0").line();
+std::string handle_cancel(Session & session, const CommandLine & cmd, bool running) {
+    cmd.check_options({}, "cancel [seq]");
+    if (cmd.positional.size() > 1) {
+        throw ProtocolError(ErrorCode::kBadArgs, "usage: cancel [seq]");
+    }
+    OkReply reply("cancel");
+    if (cmd.positional.size() == 1) {
+        // cancel <seq> (protocol 2, PROTOCOL.md 9.3): only that sequence's generation.
+        reply.add("seq", parse_seq(session, cmd.positional[0]));
+    }
+    return reply.add("running", running ? "1" : "0").line();
 }
 
 }  // namespace lucerna

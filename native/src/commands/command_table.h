@@ -43,6 +43,15 @@ enum class Served {
     kPflash,           // the drafter only
 };
 
+// What the main thread does with the command while protocol 2 generations run
+// (PROTOCOL.md 9.3): stdout keeps one reply per command in command order, so a command
+// that waits holds back every command read after it (a cancel still acts on reading).
+enum class WhileRunning {
+    kWaits,      // runs once every running generation has ended
+    kAlongside,  // answered between two batched steps
+    kSeqForm,    // in its protocol 2 form (it names seq=S): alongside; otherwise waits
+};
+
 struct CommandInfo {
     const char * name;
     bool stream;          // writes to the stream fd, then exactly one -1 (S in section 5)
@@ -50,11 +59,17 @@ struct CommandInfo {
     OnRead on_read;
     Served served;
     bool in_capabilities;  // listed in the ready line (`exit` is quit's alias, unlisted)
+    WhileRunning while_running;
     CommandHandler handler;
 };
 
 // Every command, in the order of the ready line's capabilities.
 const std::vector<CommandInfo> & command_table();
+
+// Whether `queued` may run while protocol 2 generations are running (see WhileRunning);
+// unknown commands and lines too long wait too, so nothing reaches the stream or stdout
+// out of order.
+bool runs_alongside(const QueuedCommand & queued);
 
 // nullptr for a word that is no command of this protocol.
 const CommandInfo * find_command(std::string_view name);

@@ -51,9 +51,9 @@ CompressRequest parse_request(const Session & session, const CommandLine & cmd) 
         throw ProtocolError(ErrorCode::kEmptyPrompt, "compress needs at least one prompt token");
     }
     check_token_ids(req.prompt, session.engine.n_vocab);
-    if (static_cast<int64_t>(req.prompt.size()) > session.engine.n_ctx) {
+    if (static_cast<int64_t>(req.prompt.size()) > session.engine.n_ctx_seq) {
         throw ProtocolError(ErrorCode::kContextOverflow, "n_prompt=" + std::to_string(req.prompt.size()) +
-                                                             " exceeds n_ctx=" + std::to_string(session.engine.n_ctx));
+                                                             " exceeds " + session.engine.ctx_limit());
     }
     return req;
 }

@@ -34,7 +34,7 @@ constexpr int32_t kEmbedBatch = 64;
 
 void clear_sequence(Session & session) {
     llama_memory_clear(llama_get_memory(session.engine.context.get()), /*data =*/true);
-    session.live.clear();
+    session.clear_lanes();
     if (session.spec.draft() != nullptr && session.spec.draft()->attached()) {
         session.spec.draft()->clear();
     }
@@ -81,10 +81,9 @@ std::string handle_embed(Session & session, const CommandLine & cmd) {
         if (n <= 0) {
             throw ProtocolError(ErrorCode::kEmptyPrompt, "embed needs at least one token per input");
         }
-        if (n > session.engine.n_ctx) {
+        if (n > session.engine.n_ctx_seq) {
             throw ProtocolError(ErrorCode::kContextOverflow, "an input of " + std::to_string(n) +
-                                                                 " tokens exceeds n_ctx=" +
-                                                                 std::to_string(session.engine.n_ctx));
+                                                                 " tokens exceeds " + session.engine.ctx_limit());
         }
         total += n;
     }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "commands/handlers.h"
+#include "daemon/batch_scheduler.h"
 #include "engine/emit.h"
 #include "engine/grammar.h"
 #include "engine/prefix_reuse.h"
@@ -32,7 +33,7 @@ namespace {
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
     "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S] "
-    "[reuse=0|1] [marks=L,...] [logprobs=K]";
+    "[reuse=0|1] [marks=L,...] [logprobs=K] [seq=S]";
 
 // Besides the marks and the prompt's end, a checkpoint every this many chunks of a
 // long prefill, so that a prompt diverging inside a long stretch nobody marked still
@@ -75,12 +76,64 @@ double tokens_per_second(uint64_t n, double ms) { return ms > 0.0 ? static_cast<
 
 }  // namespace
 
+int32_t parse_seq(const Session & session, const std::string & value) {
+    const int32_t n = session.engine.n_parallel;
+    try {
+        return static_cast<int32_t>(parse_int("seq", value, 0, n - 1));
+    } catch (const ProtocolError &) {
+        throw ProtocolError(ErrorCode::kBadSeq, "seq=" + value + " is not a sequence of this daemon (0.." +
+                                                    std::to_string(n - 1) + ", --parallel=" + std::to_string(n) + ")");
+    }
+}
+
+int32_t prefill_chunk_end(const GenerateRequest & req, int32_t pos, int64_t n_chunk) {
+    const auto n_prompt = static_cast<int32_t>(req.prompt.size());
+    auto end = static_cast<int32_t>(std::min<int64_t>(n_prompt, (pos / n_chunk + 1) * n_chunk));
+    if (req.snap_pos > pos && req.snap_pos < end) {
+        end = req.snap_pos;
+    }
+    const auto next_mark = std::upper_bound(req.marks.begin(), req.marks.end(), pos);
+    if (next_mark != req.marks.end() && *next_mark < end) {
+        end = *next_mark;
+    }
+    return end;
+}
+
+bool is_mark(const GenerateRequest & req, int32_t pos) {
+    return std::binary_search(req.marks.begin(), req.marks.end(), pos);
+}
+
+std::string summary_line(const char * command, const GenerationSummary & summary, const GenerateRequest & req) {
+    OkReply reply(command);
+    reply.add("n_prompt", summary.n_prompt);
+    if (summary.restored) {
+        reply.add("n_reused", summary.n_reused);
+    } else {
+        reply.add("n_cached", summary.n_reused);  // PROTOCOL.md 5.10
+        if (summary.cache_slot >= 0) {
+            reply.add("cache_slot", summary.cache_slot);
+        }
+    }
+    reply.add("n_gen", summary.n_gen).add("finish", summary.finish).add_ms("prefill_ms", summary.prefill_ms).add_ms(
+        "decode_ms", summary.decode_ms);
+    if (summary.snapped) {
+        reply.add("snap_slot", req.snap_slot).add("snap_pos", req.snap_pos);
+    }
+    if (summary.spec != nullptr) {
+        reply.add("draft_steps", summary.spec->steps)
+            .add("draft_proposed", summary.spec->proposed)
+            .add("draft_accepted", summary.spec->accepted)
+            .add_ms("draft_ms", summary.spec->draft_ms);
+    }
+    return reply.line();
+}
+
 GenerateRequest parse_generate_request(const Session & session, const CommandLine & cmd, const std::string & ids,
                                        const std::string & n_gen, const char * usage) {
     const bool is_generate = cmd.name == "generate";
     std::vector<std::string_view> keys = {"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen",
                                      "rep_window", "seed", "stop", "ignore_eos", "grammar", "json_schema", "snap",
-                                          "logprobs"};
+                                          "logprobs", "seq"};
     if (is_generate) {
         keys.insert(keys.end(), {"reuse", "marks"});
     }
@@ -135,6 +188,8 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
             req.marks = parse_id_list(value, "marks");
         } else if (key == "logprobs") {
             req.logprobs = static_cast<int32_t>(parse_int("logprobs", value, 0, kMaxLogprobs));
+        } else if (key == "seq") {
+            req.seq = parse_seq(session, value);
         }
     }
     req.reuse = req.reuse && is_generate;
@@ -146,10 +201,10 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
     check_token_ids(req.prompt, session.engine.n_vocab);
     check_token_ids(req.stop, session.engine.n_vocab);
     const int64_t needed = static_cast<int64_t>(req.prompt.size()) + req.n_gen;
-    if (needed > session.engine.n_ctx) {
+    if (needed > session.engine.n_ctx_seq) {
         throw ProtocolError(ErrorCode::kContextOverflow,
                             "n_prompt=" + std::to_string(req.prompt.size()) + " + n_gen=" + std::to_string(req.n_gen) +
-                                " exceeds n_ctx=" + std::to_string(session.engine.n_ctx));
+                                " exceeds " + session.engine.ctx_limit());
     }
     if (req.snap_pos > static_cast<int64_t>(req.prompt.size())) {
         throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
@@ -192,7 +247,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     TokenPicker picker(req.sampling, engine.vocab, req.grammar.get());
 
     ++session.stats.requests;
-    auto cancelled = [&] { return session.cancel.cancelled(generate_seq); };
+    auto cancelled = [&] { return session.cancel.cancelled(generate_seq, req.seq); };
     TokenEmitter emitter(session, req, cancelled);
     SpecCounters spec_counters;
     const bool speculative = spec.active();
@@ -208,7 +263,6 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, draft));
         snapped = true;
     };
-    auto is_mark = [&](int32_t pos) { return std::binary_search(req.marks.begin(), req.marks.end(), pos); };
     ReusedPrefix reused;
     try {
         if (from) {
@@ -220,7 +274,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             const int32_t limit = req.snap_pos != 0 ? req.snap_pos - 1 : n_prompt;
             reused = reuse_prefix(ctx, live, session.snapshots, req.prompt, limit, draft);
         } else {
-            llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+            clear_sequence(ctx, 0);
             live.clear();
             if (draft != nullptr) {
                 draft->clear();
@@ -231,14 +285,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             snapshot_here();
         }
         for (int32_t pos = n_reused; pos < n_prompt && !cancelled();) {
-            auto end = static_cast<int32_t>(std::min<int64_t>(n_prompt, (pos / n_chunk + 1) * n_chunk));
-            if (req.snap_pos > pos && req.snap_pos < end) {
-                end = req.snap_pos;
-            }
-            const auto next_mark = std::upper_bound(req.marks.begin(), req.marks.end(), pos);
-            if (next_mark != req.marks.end() && *next_mark < end) {
-                end = *next_mark;
-            }
+            const int32_t end = prefill_chunk_end(req, pos, n_chunk);
             batch.clear();
             for (int32_t i = pos; i < end; ++i) {
                 // Every chunk outputs its last position, so the live sequence always has
@@ -256,10 +303,10 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             }
             session.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
             pos = end;
-            if (pos % n_chunk == 0 || is_mark(pos)) {
+            if (pos % n_chunk == 0 || is_mark(req, pos)) {
                 canonicalize_window_cells(ctx);  // where a restore from here would start
             }
-            if (req.reuse && (is_mark(pos) || pos == n_prompt || pos % (kCheckpointEveryChunks * n_chunk) == 0)) {
+            if (req.reuse && (is_mark(req, pos) || pos == n_prompt || pos % (kCheckpointEveryChunks * n_chunk) == 0)) {
                 capture_checkpoint(ctx, live, engine.n_vocab);
             }
             if (pos == req.snap_pos) {
@@ -301,31 +348,21 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         session.stats.last_decode_tok_s = tokens_per_second(static_cast<uint64_t>(emitter.n_out()), decode_ms);
         spec.totals.add(spec_counters);
 
-        OkReply reply(command);
-        reply.add("n_prompt", n_prompt);
-        if (from) {
-            reply.add("n_reused", n_reused);
-        } else {
-            reply.add("n_cached", n_reused);  // PROTOCOL.md 5.10
-            if (reused.source == ReusedPrefix::Source::kSlot) {
-                reply.add("cache_slot", reused.slot);
-            }
-        }
-        reply.add("n_gen", emitter.n_out()).add("finish", finish_name(finish)).add_ms("prefill_ms", prefill_ms).add_ms(
-            "decode_ms", decode_ms);
-        if (snapped) {
-            reply.add("snap_slot", req.snap_slot).add("snap_pos", req.snap_pos);
-        }
-        if (speculative) {
-            reply.add("draft_steps", spec_counters.steps)
-                .add("draft_proposed", spec_counters.proposed)
-                .add("draft_accepted", spec_counters.accepted)
-                .add_ms("draft_ms", spec_counters.draft_ms);
-        }
-        return reply.line();
+        GenerationSummary summary;
+        summary.n_prompt = n_prompt;
+        summary.restored = from != nullptr;
+        summary.n_reused = n_reused;
+        summary.cache_slot = reused.source == ReusedPrefix::Source::kSlot && !from ? reused.slot : -1;
+        summary.n_gen = emitter.n_out();
+        summary.finish = finish_name(finish);
+        summary.prefill_ms = prefill_ms;
+        summary.decode_ms = decode_ms;
+        summary.snapped = snapped;
+        summary.spec = speculative ? &spec_counters : nullptr;
+        return summary_line(command, summary, req);
     } catch (...) {
-        // A failed decode leaves the context in a state we no longer know: start over.
-        llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+        // A failed decode leaves the sequence in a state we no longer know: start over.
+        clear_sequence(ctx, 0);
         live.clear();
         if (draft != nullptr) {
             draft->clear();
@@ -334,9 +371,26 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     }
 }
 
+std::string start_on_lane(Session & session, GenerateRequest req, uint64_t generate_seq, const char * command,
+                          std::shared_ptr<const Snapshot> from) {
+    const int32_t seq = req.seq;
+    if (session.scheduler == nullptr) {
+        throw ProtocolError(ErrorCode::kUnsupported, std::string(command) + " seq= needs the daemon's command loop");
+    }
+    if (session.scheduler->lane_busy(seq)) {
+        throw ProtocolError(ErrorCode::kSeqBusy, "sequence " + std::to_string(seq) +
+                                                     " is still generating; wait for its done line or cancel it");
+    }
+    session.scheduler->admit(std::move(req), generate_seq, command, std::move(from));
+    return OkReply(command).add("seq", seq).line();
+}
+
 std::string handle_generate(Session & session, const CommandLine & cmd, uint64_t generate_seq) {
     cmd.expect_positional(2, kUsage);
-    const GenerateRequest req = parse_generate_request(session, cmd, cmd.positional[0], cmd.positional[1], kUsage);
+    GenerateRequest req = parse_generate_request(session, cmd, cmd.positional[0], cmd.positional[1], kUsage);
+    if (req.seq >= 0) {
+        return start_on_lane(session, std::move(req), generate_seq, "generate", nullptr);
+    }
     return run_generation(session, req, generate_seq, "generate", nullptr);
 }
 

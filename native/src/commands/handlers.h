@@ -27,7 +27,7 @@ std::string handle_load_slot(Session & session, const CommandLine & cmd);       
 std::string handle_park(Session & session, const CommandLine & cmd);                             // park.cpp
 std::string handle_unpark(Session & session, const CommandLine & cmd);                           // park.cpp
 std::string handle_embed(Session & session, const CommandLine & cmd);                            // embed.cpp
-std::string handle_cancel(const CommandLine & cmd, bool running);                                // cancel.cpp
+std::string handle_cancel(Session & session, const CommandLine & cmd, bool running);                          // cancel.cpp
 // quit and exit; sets `quit`.
 std::string handle_quit(const CommandLine & cmd, const char * name, bool & quit);                // quit.cpp
 

@@ -64,7 +64,7 @@ void park_target(Session & session) {
     engine.placement.reset();
     engine.model = std::move(vocab_only.model);
     engine.vocab = llama_model_get_vocab(engine.model.get());
-    session.live.clear();
+    session.clear_lanes();
     session.parked = true;
 #if defined(__GLIBC__)
     // The model's and context's smaller host allocations come back to the heap, not the
@@ -80,7 +80,7 @@ void unpark_target(Session & session) {
     engine.model.reset();
     engine.placement.reset();
     engine = std::move(loaded);
-    session.live.clear();
+    session.clear_lanes();
     session.parked = false;
     session.spec.attach(engine.context.get());
 }

@@ -29,7 +29,7 @@ std::string handle_load_slot(Session & session, const CommandLine & cmd) {
     } catch (const std::bad_alloc &) {
         throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory to load " + path);
     }
-    if (static_cast<int64_t>(snapshot->tokens.size()) > session.engine.n_ctx) {
+    if (static_cast<int64_t>(snapshot->tokens.size()) > session.engine.n_ctx_seq) {
         throw ProtocolError(ErrorCode::kBadSnapshotFile, path + " holds more tokens than n_ctx");
     }
     const auto n_tokens = static_cast<int64_t>(snapshot->tokens.size());

@@ -4,6 +4,7 @@
 
 #include "commands/generate.h"
 #include "commands/handlers.h"
+#include "daemon/batch_scheduler.h"
 #include "engine/snapshots.h"
 #include "wire/errors.h"
 
@@ -15,11 +16,19 @@ const char * const kRestoreUsage = "restore <slot> <ids:...|path> <n_gen> [gener
 }  // namespace
 
 std::string handle_snapshot(Session & session, const CommandLine & cmd) {
-    cmd.expect_positional(1, "snapshot <slot>");
-    cmd.check_options({}, "snapshot <slot>");
+    cmd.expect_positional(1, "snapshot <slot> [seq=S]");
+    cmd.check_options({"seq"}, "snapshot <slot> [seq=S]");
     const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
-    auto snapshot =
-        capture_snapshot(session.engine.context.get(), session.live, session.engine.n_vocab, session.spec.draft());
+    int32_t seq = 0;
+    for (const auto & [key, value] : cmd.options) {
+        seq = parse_seq(session, value);  // the only option
+    }
+    if (session.scheduler != nullptr && session.scheduler->lane_busy(seq)) {
+        throw ProtocolError(ErrorCode::kSeqBusy,
+                            "sequence " + std::to_string(seq) + " is still generating; snapshot it after its done line");
+    }
+    auto snapshot = capture_snapshot(session.engine.context.get(), session.lanes[static_cast<size_t>(seq)],
+                                     session.engine.n_vocab, seq == 0 ? session.spec.draft() : nullptr, seq);
     const auto n_tokens = static_cast<int64_t>(snapshot->tokens.size());
     const uint64_t bytes = snapshot->bytes();
     session.snapshots.put(slot, std::move(snapshot));
@@ -32,7 +41,7 @@ std::string handle_restore(Session & session, const CommandLine & cmd, uint64_t 
     }
     const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
     const Snapshot & from = session.snapshots.at(slot);
-    const GenerateRequest req =
+    GenerateRequest req =
         parse_generate_request(session, cmd, cmd.positional[1], cmd.positional[2], kRestoreUsage);
     const bool prefix = from.tokens.size() <= req.prompt.size() &&
                         std::equal(from.tokens.begin(), from.tokens.end(), req.prompt.begin());
@@ -40,6 +49,9 @@ std::string handle_restore(Session & session, const CommandLine & cmd, uint64_t 
         throw ProtocolError(ErrorCode::kSnapshotMismatch, "slot " + std::to_string(slot) + " holds " +
                                                               std::to_string(from.tokens.size()) +
                                                               " tokens that are not a prefix of the given ids");
+    }
+    if (req.seq >= 0) {
+        return start_on_lane(session, std::move(req), generate_seq, "restore", session.snapshots.share(slot));
     }
     return run_generation(session, req, generate_seq, "restore", &from);
 }

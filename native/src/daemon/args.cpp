@@ -68,13 +68,14 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
                            flag == "--slots" || flag == "--max-line" || flag == "--draft" ||
                            flag == "--draft-block-size" || flag == "--draft-oracle" ||
                            flag == "--oracle-accept" || flag == "--flash-attn" || flag == "--kv-type" ||
+                           flag == "--parallel" ||
                            is_placement_flag(flag);
         if (!known) {
             throw ProtocolError(ErrorCode::kBadFlag,
                                 "unknown flag " + flag +
                                     "; flags are --stream-fd, --n-ctx, --threads, --n-gpu-layers, --seed, --chunk, "
                                     "--slots, --max-line, --draft, --draft-block-size, --draft-oracle, "
-                                    "--oracle-accept, --flash-attn, --kv-type and the placement flags");
+                                    "--oracle-accept, --flash-attn, --kv-type, --parallel and the placement flags");
         }
         if (eq == std::string::npos) {
             if (i + 1 >= argc) {
@@ -92,6 +93,8 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
             opts.n_ctx = static_cast<int32_t>(flag_int(flag, value, 1, kI32Max));
         } else if (flag == "--chunk") {
             opts.chunk = static_cast<int32_t>(flag_int(flag, value, 1, kI32Max));
+        } else if (flag == "--parallel") {
+            opts.parallel = static_cast<int32_t>(flag_int(flag, value, 1, DaemonOptions::kMaxParallel));
         } else if (flag == "--slots") {
             opts.n_slots = static_cast<int32_t>(flag_int(flag, value, 0, 1 << 20));
         } else if (flag == "--max-line") {

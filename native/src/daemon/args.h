@@ -22,6 +22,11 @@ struct DaemonOptions {
     // uninterrupted run did (PROTOCOL.md 5.5). Also the engine's n_batch and n_ubatch.
     int32_t chunk = 512;
     int32_t n_slots = 64;          // snapshot slots 0 .. n_slots-1
+    // --parallel: sequences that decode together in one engine context (PROTOCOL.md 9),
+    // numbered 0 .. parallel-1. Each has its own share of the KV cache (n_ctx / parallel
+    // cells) and its own recurrent state.
+    static constexpr int32_t kMaxParallel = 64;
+    int32_t parallel = 1;
     int64_t max_line = 1 << 20;    // longest command line in bytes (line_too_long beyond)
     PlacementOptions placement;  // --rpc, --override-tensor, --experts-in-host, --rpc-listen
 

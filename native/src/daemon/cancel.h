@@ -1,34 +1,62 @@
 // Cancellation shared between the stdin reader thread and the main thread.
 //
-// Every `generate` gets a sequence number when the reader thread reads it. A `cancel`
-// line, the moment it is read, cancels every generate read before it that has not
-// finished yet, whether it is running or still queued: the running one stops at its
-// next decode step, a queued one stops before its prefill. Both end with their -1 and
+// Every `generate` (and `restore`) gets a number when the reader thread reads it. A
+// `cancel` line, the moment it is read, cancels every generation read before it that
+// has not finished yet, whether it is running or still queued: the running one stops at
+// its next decode step, a queued one before its prefill. Both end with their -1 and
 // `finish=cancelled`; the cancel itself is answered in command order afterwards.
+//
+// Protocol 2 (PROTOCOL.md 9) adds lanes: a generation that names `seq=S` is also
+// numbered on lane S, and `cancel S` cancels only the generations of lane S read before
+// it. A plain `cancel` still cancels every generation, of every lane.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+
+#include "daemon/args.h"
 
 namespace lucerna {
 
 class CancelState {
 public:
-    // Reader thread: a generate line was read; returns its sequence number (from 1).
-    uint64_t note_generate();
+    // Reader thread: a generation was read (on `lane`, or -1 for a protocol 1 one);
+    // returns its number (from 1).
+    uint64_t note_generate(int32_t lane = -1);
     // Reader thread: a cancel line was read. Returns whether some generate read
     // before it was still unfinished (the `running=` of the reply).
     bool note_cancel();
+    // Reader thread: `cancel <lane>` was read. Returns whether the lane's last
+    // generation read before it was still unfinished.
+    bool note_cancel_lane(int32_t lane);
 
-    // Main thread: whether generate `seq` has been cancelled.
-    bool cancelled(uint64_t seq) const { return seq != 0 && cancel_upto_.load(std::memory_order_acquire) >= seq; }
-    // Main thread: generate `seq` has written its -1.
-    void finished(uint64_t seq);
+    // Main thread: whether generation `seq` (on `lane`, or -1) has been cancelled.
+    bool cancelled(uint64_t seq, int32_t lane = -1) const {
+        if (seq == 0) {
+            return false;
+        }
+        if (cancel_upto_.load(std::memory_order_acquire) >= seq) {
+            return true;
+        }
+        return valid(lane) && lanes_[static_cast<size_t>(lane)].cancel_upto.load(std::memory_order_acquire) >= seq;
+    }
+    // Main thread: generation `seq` has written its -1 (or its end record).
+    void finished(uint64_t seq, int32_t lane = -1);
 
 private:
+    static bool valid(int32_t lane) { return lane >= 0 && lane < DaemonOptions::kMaxParallel; }
+
+    struct Lane {
+        std::atomic<uint64_t> last_read{0};
+        std::atomic<uint64_t> last_finished{0};
+        std::atomic<uint64_t> cancel_upto{0};
+    };
+
     std::atomic<uint64_t> last_read_{0};
     std::atomic<uint64_t> last_finished_{0};
     std::atomic<uint64_t> cancel_upto_{0};
+    std::array<Lane, DaemonOptions::kMaxParallel> lanes_;
 };
 
 }  // namespace lucerna

@@ -7,12 +7,57 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 
 #include "commands/command_table.h"
 #include "wire/wire.h"
 
 namespace lucerna {
+namespace {
+
+// A sequence number as protocol 2 writes it (a plain decimal below kMaxParallel), else -1.
+int32_t parse_lane(std::string_view word) {
+    if (word.empty() || word.size() > 2) {
+        return -1;
+    }
+    int32_t lane = 0;
+    for (const char c : word) {
+        if (c < '0' || c > '9') {
+            return -1;
+        }
+        lane = lane * 10 + (c - '0');
+    }
+    return lane < DaemonOptions::kMaxParallel ? lane : -1;
+}
+
+// Finds the sequence a protocol 2 line names: its `seq=S` option, or for `cancel S` the
+// positional. The reader needs it before the line is parsed, to number the generation
+// on its lane (cancel.h); the handler parses the line again, strictly.
+void find_lane(const std::string & line, bool is_cancel, QueuedCommand & command) {
+    size_t at = 0;
+    int index = 0;
+    while (at < line.size()) {
+        while (at < line.size() && line[at] == ' ') {
+            ++at;
+        }
+        const size_t end = std::min(line.find(' ', at), line.size());
+        if (end > at) {
+            const std::string_view word(line.data() + at, end - at);
+            if (word.substr(0, 4) == "seq=") {
+                command.names_seq = true;
+                command.lane = parse_lane(word.substr(4));
+            } else if (is_cancel && index == 1) {
+                command.names_seq = true;
+                command.lane = parse_lane(word);
+            }
+            ++index;
+        }
+        at = end;
+    }
+}
+
+}  // namespace
 
 CommandQueue::CommandQueue(int input_fd, CancelState & cancel, size_t max_line, int signal_fd)
     : input_fd_(input_fd), max_line_(max_line), signal_fd_(signal_fd), cancel_(cancel) {
@@ -44,6 +89,16 @@ QueuedCommand CommandQueue::pop() {
     return command;
 }
 
+bool CommandQueue::try_pop(QueuedCommand & command) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.empty()) {
+        return false;
+    }
+    command = std::move(queue_.front());
+    queue_.pop_front();
+    return true;
+}
+
 void CommandQueue::push(QueuedCommand command) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -59,10 +114,13 @@ void CommandQueue::on_line(std::string line) {
     QueuedCommand command;
     const CommandInfo * info = find_command(first_word(line));
     const OnRead on_read = info != nullptr ? info->on_read : OnRead::kNothing;
+    if (on_read != OnRead::kNothing || (info != nullptr && info->while_running == WhileRunning::kSeqForm)) {
+        find_lane(line, on_read == OnRead::kCancel, command);
+    }
     if (on_read == OnRead::kNumberGeneration) {
-        command.generate_seq = cancel_.note_generate();
+        command.generate_seq = cancel_.note_generate(command.lane);
     } else if (on_read == OnRead::kCancel) {
-        command.cancel_running = cancel_.note_cancel();
+        command.cancel_running = command.names_seq ? cancel_.note_cancel_lane(command.lane) : cancel_.note_cancel();
     }
     command.line = std::move(line);
     push(std::move(command));

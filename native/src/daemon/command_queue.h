@@ -25,6 +25,10 @@ struct QueuedCommand {
     bool too_long = false;      // the line exceeded --max-line; `line` holds its first word only
     uint64_t generate_seq = 0;  // for generate lines, see CancelState
     bool cancel_running = false;  // for cancel lines: the running= of the reply
+    // Protocol 2 (PROTOCOL.md 9): the line names a sequence (`seq=S`, or `cancel S`);
+    // `lane` is S when it is a valid decimal (else -1: the handler refuses it).
+    bool names_seq = false;
+    int32_t lane = -1;
 };
 
 class CommandQueue {
@@ -38,6 +42,8 @@ public:
 
     // Blocks until a command (or EOF) is available.
     QueuedCommand pop();
+    // The next command if one was read, without waiting.
+    bool try_pop(QueuedCommand & command);
 
 private:
     void read_loop();

@@ -12,6 +12,7 @@
 
 #include "commands/command_table.h"
 #include "daemon/args.h"
+#include "daemon/batch_scheduler.h"
 #include "daemon/command_queue.h"
 #include "daemon/log.h"
 #include "daemon/placement_flags.h"
@@ -35,7 +36,10 @@
 namespace lucerna {
 namespace {
 
+// `protocol=` stays the version every command line without seq= speaks, so that a client
+// of version 1 keeps working; `protocols=` lists every version served (PROTOCOL.md 9).
 constexpr int kProtocolVersion = 1;
+constexpr const char * kProtocolVersions = "1,2";
 
 // The private copy of the original stdout. fd 1 itself is pointed at stderr, so a
 // stray printf anywhere in the process (engine included) can never corrupt the
@@ -65,6 +69,11 @@ void resolve_speculation(Role role, const std::string & arch, DaemonOptions & op
         // The draft reads target layer inputs, which these architectures capture.
         throw ProtocolError(ErrorCode::kBadFlag, "--draft needs a qwen35, qwen35moe, qwen3 or llama target; " +
                                                      opts.model_path + " is " + arch);
+    }
+    if (opts.parallel > 1) {
+        // Draft and verify are not batched across sequences yet (PROTOCOL.md 9.5).
+        throw ProtocolError(ErrorCode::kBadFlag, "speculative decoding serves one sequence at a time; "
+                                                 "drop --parallel or --draft/--draft-oracle");
     }
     if (opts.draft_block_size == 0) {
         opts.draft_block_size = opts.draft_path.empty() ? 16 : DflashDraft::read_block_size(opts.draft_path);
@@ -104,6 +113,8 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
         line += percent_encode(value);
     };
     add("protocol", std::to_string(kProtocolVersion));
+    add("protocols", kProtocolVersions);
+    add("parallel", std::to_string(engine.n_parallel));
     add("role", role.name);
     add("arch", engine.arch);
     add("vocab", std::to_string(engine.n_vocab));
@@ -133,8 +144,13 @@ public:
     // Returns the reply line ("" for a blank line, which gets none); sets `quit`.
     std::string run(const QueuedCommand & queued, bool & quit) {
         std::string reply = dispatch(queued, quit);
-        // After the command's -1: a cancel read from now on finds nothing to stop.
-        session_.cancel.finished(queued.generate_seq);
+        if (!queued.names_seq) {
+            // After the command's -1: a cancel read from now on finds nothing to stop.
+            // (A protocol 2 generation finishes in the scheduler, batch_scheduler.cpp.)
+            session_.cancel.finished(queued.generate_seq);
+        } else if (reply.rfind("ok ", 0) != 0) {
+            session_.cancel.finished(queued.generate_seq, queued.lane);  // refused: never ran
+        }
         return reply;
     }
 
@@ -168,11 +184,14 @@ private:
             terminate_refused(command);
             return err_line(ErrorCode::kUnsupported, unsupported_detail(*command, session_.role));
         }
+        // A stream command in its protocol 2 form (seq=S) frames its own records and ends
+        // them with its own end record (PROTOCOL.md 9.2), or writes nothing when refused.
+        const bool framed = command->stream && queued.names_seq;
         if (command->stream && !session_.stream.available()) {
             return err_line(ErrorCode::kNoStreamFd,
                             name + " writes to the stream fd; start the daemon with --stream-fd=N");
         }
-        if (command->stream) {
+        if (command->stream && !framed) {
             session_.stream.begin();
         }
         std::string reply;
@@ -189,7 +208,7 @@ private:
         } catch (const std::exception & error) {
             reply = err_line(ErrorCode::kDecodeFailed, std::string("engine error: ") + error.what());
         }
-        if (command->stream) {
+        if (command->stream && !framed) {
             session_.stream.terminate();  // exactly one -1, success or error
         }
         return reply;
@@ -278,9 +297,38 @@ int run_daemon(Role role, int argc, char ** argv) {
     Session session(info, opts, engine, stream, cancel, *spec);
     session.state_identity = identity;
     Dispatcher dispatcher(session);
+    BatchScheduler scheduler(session);
+    session.scheduler = &scheduler;
     CommandQueue queue(STDIN_FILENO, cancel, static_cast<size_t>(opts.max_line), signals.fd());
-    while (true) {
-        const QueuedCommand queued = queue.pop();
+    // One step of the running protocol 2 generations; false once stdout is gone.
+    auto step = [&] {
+        for (const std::string & line : scheduler.step()) {
+            if (!out.write_line(line)) {
+                return false;
+            }
+        }
+        return true;
+    };
+    bool open = true;
+    while (open) {
+        QueuedCommand queued;
+        if (scheduler.busy()) {
+            // Commands read meanwhile are answered between steps; one that has to wait
+            // (WhileRunning) holds back itself and every command after it until the
+            // running generations have ended, so stdout keeps command order.
+            if (!queue.try_pop(queued)) {
+                open = step();
+                continue;
+            }
+            while (open && scheduler.busy() && !runs_alongside(queued)) {
+                open = step();
+            }
+            if (!open) {
+                break;
+            }
+        } else {
+            queued = queue.pop();
+        }
         if (queued.eof) {
             break;
         }
@@ -293,6 +341,7 @@ int run_daemon(Role role, int argc, char ** argv) {
             break;
         }
     }
+    session.scheduler = nullptr;
     return 0;
 }
 

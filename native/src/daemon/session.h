@@ -2,9 +2,11 @@
 // live sequence and the snapshot slots.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "daemon/args.h"
 #include "daemon/cancel.h"
@@ -17,6 +19,8 @@
 #include "wire/stream.h"
 
 namespace lucerna {
+
+class BatchScheduler;  // daemon/batch_scheduler.h
 
 struct Stats {
     uint64_t requests = 0;       // generate and restore commands that ran (including cancelled ones)
@@ -37,7 +41,12 @@ struct Session {
     Speculator & spec;  // the draft and the oracle; neither when not speculating
     Stats stats;
     SnapshotStore snapshots;
-    LiveSequence live;
+    // One live sequence per --parallel lane (PROTOCOL.md 9); `live` is lane 0's, the one
+    // every protocol 1 command works on.
+    std::vector<LiveSequence> lanes;
+    LiveSequence & live;
+    // The protocol 2 generations in flight (PROTOCOL.md 9); set by the daemon's loop.
+    BatchScheduler * scheduler = nullptr;
     bool parked = false;  // the target's weights and context are released (commands/park.h)
     // What a snapshot file must carry to be loaded here (engine/snapshot_files.h).
     std::string state_identity;
@@ -54,7 +63,16 @@ struct Session {
           cancel(cancel_),
           spec(spec_),
           snapshots(opts_.n_slots),
+          lanes(static_cast<size_t>(std::max(1, opts_.parallel))),
+          live(lanes.front()),
           model_bytes(engine_.model ? llama_model_size(engine_.model.get()) : 0) {}
+
+    // The whole context was cleared or replaced: no lane holds anything.
+    void clear_lanes() {
+        for (LiveSequence & lane : lanes) {
+            lane.clear();
+        }
+    }
 };
 
 }  // namespace lucerna

@@ -24,6 +24,18 @@ const char * finish_name(Finish finish) {
 TokenEmitter::TokenEmitter(Session & session, const GenerateRequest & req, std::function<bool()> cancelled)
     : session_(session), req_(req), cancelled_(std::move(cancelled)) {}
 
+bool TokenEmitter::write_framed(const std::vector<int32_t> & values) {
+    frame_.clear();
+    frame_.push_back(req_.seq);
+    frame_.push_back(static_cast<int32_t>(values.size()));
+    frame_.insert(frame_.end(), values.begin(), values.end());
+    return session_.stream.write(frame_);
+}
+
+bool TokenEmitter::end_framed() {
+    return session_.stream.write(std::vector<int32_t>{req_.seq, kFrameEnd});
+}
+
 int32_t TokenEmitter::remaining() const { return req_.n_gen - n_out_; }
 
 // The distribution reported is the model's own at this step: log-softmax of the raw
@@ -84,9 +96,9 @@ bool TokenEmitter::emit(std::optional<llama_token> picked, const float * logits)
             throw ProtocolError(ErrorCode::kDecodeFailed, "no logits to take log-probabilities from");
         }
         logprob_record(token, logits);
-        written = session_.stream.write(record_);
+        written = req_.seq >= 0 ? write_framed(record_) : session_.stream.write(record_);
     } else {
-        written = session_.stream.write(token);
+        written = req_.seq >= 0 ? write_framed({token}) : session_.stream.write(token);
     }
     if (!written) {
         throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");

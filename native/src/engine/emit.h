@@ -21,6 +21,9 @@ enum class Finish { kNone, kEog, kLength, kStop, kCancelled };
 
 const char * finish_name(Finish finish);
 
+// The length word of the record that ends a sequence's output (PROTOCOL.md 9.2).
+constexpr int32_t kFrameEnd = -1;
+
 class TokenEmitter {
 public:
     TokenEmitter(Session & session, const GenerateRequest & req, std::function<bool()> cancelled);
@@ -32,6 +35,10 @@ public:
     // then finish() says why it stopped. Throws io_failed.
     bool emit(std::optional<llama_token> picked, const float * logits);
 
+    // Protocol 2 (PROTOCOL.md 9.2): writes the record that ends this sequence's output,
+    // `[seq, -1]`. Returns false if the reader is gone.
+    bool end_framed();
+
     // Ends the generation before any pick (a cancel that came during prefill).
     void cancel() { finish_ = Finish::kCancelled; }
     bool cancelled() const { return cancelled_(); }
@@ -42,6 +49,8 @@ public:
     int32_t remaining() const;
 
 private:
+    // Protocol 2: `[seq, len, values...]`, one record written at once.
+    bool write_framed(const std::vector<int32_t> & values);
     // [token, logprob bits, (id, logprob bits) x K] for logprobs=K.
     void logprob_record(llama_token token, const float * logits);
 
@@ -51,6 +60,7 @@ private:
     int32_t n_out_ = 0;
     Finish finish_ = Finish::kNone;
     std::vector<int32_t> record_;
+    std::vector<int32_t> frame_;
     std::vector<std::pair<float, llama_token>> top_;
 };
 

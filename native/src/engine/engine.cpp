@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "daemon/log.h"
@@ -57,6 +58,15 @@ ggml_type kv_cache_type(const std::string & name) {
     return GGML_TYPE_F16;
 }
 
+void clear_sequence(llama_context * ctx, llama_seq_id seq) {
+    llama_memory_t mem = llama_get_memory(ctx);
+    if (llama_n_seq_max(ctx) == 1) {
+        llama_memory_clear(mem, /*data =*/true);
+    } else {
+        llama_memory_seq_rm(mem, seq, -1, -1);
+    }
+}
+
 BackendGuard::BackendGuard() { llama_backend_init(); }
 
 BackendGuard::~BackendGuard() { llama_backend_free(); }
@@ -68,7 +78,7 @@ Batch::Batch(int32_t capacity)
 
 Batch::~Batch() { llama_batch_free(batch_); }
 
-void Batch::add(llama_token token, llama_pos pos, bool want_logits) {
+void Batch::add(llama_token token, llama_pos pos, bool want_logits, llama_seq_id seq) {
     if (batch_.n_tokens >= capacity_) {
         throw std::logic_error("batch overflow");
     }
@@ -76,7 +86,7 @@ void Batch::add(llama_token token, llama_pos pos, bool want_logits) {
     batch_.token[i] = token;
     batch_.pos[i] = pos;
     batch_.n_seq_id[i] = 1;
-    batch_.seq_id[i][0] = 0;
+    batch_.seq_id[i][0] = seq;
     batch_.logits[i] = want_logits ? 1 : 0;
 }
 
@@ -111,6 +121,7 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
                  loaded.n_ctx_train);
         loaded.n_ctx = loaded.n_ctx_train;
     }
+    loaded.n_ctx_seq = loaded.n_ctx;
     loaded.backend = detect_backend(loaded.model.get(), opts.n_gpu_layers);
 
     if (with_context) {
@@ -132,8 +143,19 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             cparams.n_rs_seq = static_cast<uint32_t>(opts.draft_block_size - 1);
             cparams.n_batch = std::max(cparams.n_batch, static_cast<uint32_t>(opts.draft_block_size + 1));
         }
+        if (opts.parallel > 1) {
+            // A batched step carries one decode token per running sequence beside a
+            // whole prefill chunk (daemon/batch_scheduler.h), in one micro-batch.
+            cparams.n_batch += static_cast<uint32_t>(opts.parallel);
+        }
         cparams.n_ubatch = cparams.n_batch;
-        cparams.n_seq_max = 1;
+        cparams.n_seq_max = static_cast<uint32_t>(opts.parallel);
+        // One KV stream per sequence (n_ctx / parallel cells each), not one unified
+        // buffer: a sequence's cells then sit at the indices a solo run gives them, so
+        // attention sums its terms in the same order whatever the other sequences hold
+        // (PROTOCOL.md 9.4: measured, a unified cache interleaves the sequences' cells
+        // and changes greedy tokens). With one sequence the two are the same.
+        cparams.kv_unified = opts.parallel == 1 || std::getenv("LUCERNA_KV_UNIFIED") != nullptr;
         cparams.flash_attn_type = static_cast<llama_flash_attn_type>(opts.flash_attn);
         cparams.type_k = kv_cache_type(opts.kv_type);
         cparams.type_v = cparams.type_k;
@@ -146,6 +168,8 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
                                                                std::to_string(loaded.n_ctx));
         }
         loaded.n_ctx = static_cast<int32_t>(llama_n_ctx(loaded.context.get()));
+        loaded.n_ctx_seq = static_cast<int32_t>(llama_n_ctx_seq(loaded.context.get()));
+        loaded.n_parallel = opts.parallel;
         const llama_model * model = loaded.model.get();
         if (opts.speculative() && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)) &&
             llama_n_rs_seq(loaded.context.get()) + 1 < static_cast<uint32_t>(opts.draft_block_size)) {

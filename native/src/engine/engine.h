@@ -31,7 +31,8 @@ public:
     Batch & operator=(const Batch &) = delete;
 
     void clear() { batch_.n_tokens = 0; }
-    void add(llama_token token, llama_pos pos, bool want_logits);
+    // A token of sequence `seq` (PROTOCOL.md 9: one per --parallel lane).
+    void add(llama_token token, llama_pos pos, bool want_logits, llama_seq_id seq = 0);
     int32_t size() const { return batch_.n_tokens; }
     int32_t capacity() const { return capacity_; }
     const llama_batch & get() const { return batch_; }
@@ -52,17 +53,32 @@ struct LoadedModel {
     int32_t n_vocab = 0;
     int32_t n_ctx = 0;        // effective: requested, clamped to n_ctx_train
     int32_t n_ctx_train = 0;
+    // Cells each sequence may fill: n_ctx / --parallel (one KV stream per sequence).
+    int32_t n_ctx_seq = 0;
+    int32_t n_parallel = 1;  // --parallel: sequences 0 .. n_parallel-1
+
+    // How an overflow names the limit: "n_ctx=4096", or with several sequences
+    // "n_ctx_seq=1024 (n_ctx / --parallel)".
+    std::string ctx_limit() const {
+        return n_parallel == 1 ? "n_ctx=" + std::to_string(n_ctx)
+                               : "n_ctx_seq=" + std::to_string(n_ctx_seq) + " (n_ctx / --parallel)";
+    }
     // Prompt tokens per prefill batch: --chunk, at most the context asked for. Fixed
     // before the engine rounds the context up, so batches never outgrow n_batch.
     int32_t n_chunk = 0;
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
 };
 
+// Empties sequence `seq` of `ctx`. With one sequence (--parallel 1) that is the whole
+// memory, cleared as the daemon always did (data zeroed, new cells from index 0); with
+// several, only that sequence's cells and recurrent state, so the others keep theirs.
+void clear_sequence(llama_context * ctx, llama_seq_id seq);
+
 // The cache type named by --kv-type (f16, f32, bf16, q8_0).
 ggml_type kv_cache_type(const std::string & name);
 
 // Loads the GGUF (architecture already checked) and, if `with_context`, creates the
-// single-sequence context. Without a context (the ds4 shard) only the vocabulary and
+// context (--parallel sequences). Without a context (the ds4 shard) only the vocabulary and
 // hyperparameters are read: the shard's device is filled over RPC by its target.
 // Throws ProtocolError load_failed / context_failed (and what Placement::plan throws).
 LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, bool with_context);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 
+#include "engine/engine.h"
 #include "wire/errors.h"
 
 namespace lucerna {
@@ -14,8 +15,8 @@ int32_t common_prefix(const std::vector<int32_t> & a, const std::vector<int32_t>
                                 a.begin());
 }
 
-void clear_all(llama_context * ctx, LiveSequence & live, DflashDraft * draft) {
-    llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+void clear_all(llama_context * ctx, LiveSequence & live, DflashDraft * draft, llama_seq_id seq) {
+    clear_sequence(ctx, seq);
     live.clear();
     if (draft != nullptr) {
         draft->clear();
@@ -74,7 +75,8 @@ bool needs_checkpoints(const llama_model * model) {
 }
 
 ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const SnapshotStore & slots,
-                          const std::vector<int32_t> & prompt, int32_t limit, DflashDraft * draft) {
+                          const std::vector<int32_t> & prompt, int32_t limit, DflashDraft * draft,
+                          llama_seq_id seq) {
     const ReusedPrefix live_best = from_live(ctx, live, prompt, limit);
     const ReusedPrefix slot_best = from_slots(slots, prompt, limit);
     // The live sequence wins ties: it needs no copy.
@@ -82,15 +84,15 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
     llama_memory_t mem = llama_get_memory(ctx);
     switch (best.source) {
         case ReusedPrefix::Source::kNone:
-            clear_all(ctx, live, draft);
+            clear_all(ctx, live, draft, seq);
             break;
         case ReusedPrefix::Source::kSlot:
-            load_snapshot(ctx, *slots.find(best.slot), live, draft);
+            load_snapshot(ctx, *slots.find(best.slot), live, draft, seq);
             break;
         case ReusedPrefix::Source::kLive:
             if (best.n_tokens < live.size()) {
-                if (!llama_memory_seq_rm(mem, 0, best.n_tokens, -1)) {
-                    clear_all(ctx, live, draft);
+                if (!llama_memory_seq_rm(mem, seq, best.n_tokens, -1)) {
+                    clear_all(ctx, live, draft, seq);
                     return {};
                 }
                 live.truncated(best.n_tokens);
@@ -106,10 +108,10 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
             // Load the uncuttable part first: it replaces the recurrent (or window) state
             // wholesale, after which cutting the attention cache at the same position is
             // a plain removal the engine always accepts.
-            if (llama_state_seq_set_data_ext(ctx, it->state.data(), it->state.size(), 0,
+            if (llama_state_seq_set_data_ext(ctx, it->state.data(), it->state.size(), seq,
                                              LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == 0 ||
-                !llama_memory_seq_rm(mem, 0, best.n_tokens, -1)) {
-                clear_all(ctx, live, draft);
+                !llama_memory_seq_rm(mem, seq, best.n_tokens, -1)) {
+                clear_all(ctx, live, draft, seq);
                 throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load a checkpoint");
             }
             const std::vector<float> logits = it->logits;  // truncated() drops later checkpoints
@@ -123,7 +125,7 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
     return best;
 }
 
-void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab) {
+void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab, llama_seq_id seq) {
     if (live.empty() || !needs_checkpoints(llama_get_model(ctx))) {
         return;
     }
@@ -131,8 +133,8 @@ void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_voca
         Checkpoint checkpoint;
         checkpoint.n_tokens = live.size();
         const llama_state_seq_flags flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
-        checkpoint.state.resize(llama_state_seq_get_size_ext(ctx, 0, flags));
-        if (llama_state_seq_get_data_ext(ctx, checkpoint.state.data(), checkpoint.state.size(), 0, flags) !=
+        checkpoint.state.resize(llama_state_seq_get_size_ext(ctx, seq, flags));
+        if (llama_state_seq_get_data_ext(ctx, checkpoint.state.data(), checkpoint.state.size(), seq, flags) !=
             checkpoint.state.size()) {
             throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not save a checkpoint");
         }

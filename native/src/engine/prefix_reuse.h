@@ -38,10 +38,11 @@ bool needs_checkpoints(const llama_model * model);
 // last position are known, so that generation can start from them. Throws
 // snapshot_failed (the context is then empty).
 ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const SnapshotStore & slots,
-                          const std::vector<int32_t> & prompt, int32_t limit, DflashDraft * draft);
+                          const std::vector<int32_t> & prompt, int32_t limit, DflashDraft * draft,
+                          llama_seq_id seq = 0);
 
 // Copies the uncuttable part of the live sequence's state into a new checkpoint at its
 // current length, with the logits of its last position. No-op for models that need none.
-void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab);
+void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab, llama_seq_id seq = 0);
 
 }  // namespace lucerna

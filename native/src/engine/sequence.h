@@ -77,6 +77,17 @@ public:
         logits_known_ = !logits.empty();
     }
 
+    // Copies the current logits out of the engine, whose output buffer the next decode
+    // of any sequence overwrites (PROTOCOL.md 9: lanes take turns in one context). No-op
+    // when they are unknown or already a copy.
+    void keep_logits(llama_context * ctx, int32_t n_vocab) {
+        if (!has_logits() || !restored_logits_.empty()) {
+            return;
+        }
+        const float * logits = llama_get_logits_ith(ctx, logits_row_);
+        restored_logits_.assign(logits, logits + n_vocab);
+    }
+
     // The context was cleared, replaced, or left in an unknown state by a failure.
     void clear() {
         tokens_.clear();

@@ -1,6 +1,6 @@
 // Snapshot slots (PROTOCOL.md 5.5); the commands that use them are in commands/snapshot.cpp.
 //
-// State goes through llama_state_seq_get_data / llama_state_seq_set_data on sequence 0:
+// State goes through llama_state_seq_get_data / llama_state_seq_set_data on one sequence:
 // the KV cells of the sequence plus, for hybrid models, its recurrent state. The logits
 // of the last position are not part of the engine's sequence state, so they are copied
 // beside it: a restore whose ids equal the slot's tokens samples from them.
@@ -10,6 +10,7 @@
 #include <new>
 
 #include "daemon/log.h"
+#include "engine/engine.h"
 #include "wire/errors.h"
 
 namespace lucerna {
@@ -71,7 +72,7 @@ std::string SnapshotStore::listing() const {
 }
 
 std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequence & live, int32_t n_vocab,
-                                           const DflashDraft * draft) {
+                                           const DflashDraft * draft, llama_seq_id seq) {
     if (live.empty()) {
         throw ProtocolError(ErrorCode::kEmptySequence, "nothing has been decoded yet; run generate first");
     }
@@ -82,9 +83,9 @@ std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequen
     }
     try {
         auto snapshot = std::make_unique<Snapshot>();
-        const size_t size = llama_state_seq_get_size(ctx, 0);
+        const size_t size = llama_state_seq_get_size(ctx, seq);
         snapshot->state.resize(size);
-        if (size == 0 || llama_state_seq_get_data(ctx, snapshot->state.data(), size, 0) != size) {
+        if (size == 0 || llama_state_seq_get_data(ctx, snapshot->state.data(), size, seq) != size) {
             throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not save the sequence state");
         }
         snapshot->tokens = live.tokens();
@@ -99,13 +100,14 @@ std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequen
     }
 }
 
-void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live, DflashDraft * draft) {
+void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live, DflashDraft * draft,
+                   llama_seq_id seq) {
     // From an empty cache the cells land where an uninterrupted run put them (cell i holds
     // position i), which is part of what makes a restored run bit-identical.
-    llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+    clear_sequence(ctx, seq);
     live.clear();
-    if (llama_state_seq_set_data(ctx, snapshot.state.data(), snapshot.state.size(), 0) == 0) {
-        llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+    if (llama_state_seq_set_data(ctx, snapshot.state.data(), snapshot.state.size(), seq) == 0) {
+        clear_sequence(ctx, seq);
         throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load the sequence state");
     }
     live.restored(snapshot.tokens, snapshot.logits);
@@ -114,7 +116,7 @@ void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence 
     }
 }
 
-void canonicalize_window_cells(llama_context * ctx) {
+void canonicalize_window_cells(llama_context * ctx, llama_seq_id seq) {
     const llama_model * model = llama_get_model(ctx);
     if (llama_model_n_swa(model) <= 0) {
         return;
@@ -123,14 +125,14 @@ void canonicalize_window_cells(llama_context * ctx) {
     // of a hybrid one: there the whole sequence goes round, as a snapshot would.
     const bool hybrid = llama_model_is_hybrid(model);
     const llama_state_seq_flags flags = hybrid ? LLAMA_STATE_SEQ_FLAGS_NONE : LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
-    std::vector<uint8_t> state(llama_state_seq_get_size_ext(ctx, 0, flags));
-    if (llama_state_seq_get_data_ext(ctx, state.data(), state.size(), 0, flags) != state.size()) {
+    std::vector<uint8_t> state(llama_state_seq_get_size_ext(ctx, seq, flags));
+    if (llama_state_seq_get_data_ext(ctx, state.data(), state.size(), seq, flags) != state.size()) {
         throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not save the window cache");
     }
     if (hybrid) {
-        llama_memory_clear(llama_get_memory(ctx), /*data =*/true);
+        clear_sequence(ctx, seq);
     }
-    if (llama_state_seq_set_data_ext(ctx, state.data(), state.size(), 0, flags) == 0) {
+    if (llama_state_seq_set_data_ext(ctx, state.data(), state.size(), seq, flags) == 0) {
         throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not reload the window cache");
     }
 }

@@ -67,7 +67,7 @@ private:
 // snapshot_failed when the engine cannot serialize it (or the host is out of memory).
 // With an attached `draft`, its state is copied too.
 std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequence & live, int32_t n_vocab,
-                                           const DflashDraft * draft);
+                                           const DflashDraft * draft, llama_seq_id seq = 0);
 
 // For models with sliding-window attention: re-lays the window cache's cells the way
 // load_snapshot would lay them out, by saving and reloading that part of the sequence.
@@ -77,12 +77,13 @@ std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequen
 // window: bit-different logits after a restore). The prefill calls this at every
 // chunk-aligned position, in every run, so a restore from an aligned snapshot and an
 // uninterrupted run see the same layout. No-op for models without a window.
-void canonicalize_window_cells(llama_context * ctx);
+void canonicalize_window_cells(llama_context * ctx, llama_seq_id seq = 0);
 
 // Replaces the context's sequence with `snapshot`. Throws snapshot_failed (the context
 // is then empty and `live` cleared). An attached `draft` takes the snapshot's draft
 // state, or, when it has none, starts empty and incomplete: it then drafts from what is
 // decoded after the restore only, which lowers acceptance and changes no token.
-void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live, DflashDraft * draft);
+void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence & live, DflashDraft * draft,
+                   llama_seq_id seq = 0);
 
 }  // namespace lucerna

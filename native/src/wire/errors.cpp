@@ -30,6 +30,8 @@ const char * error_code_name(ErrorCode code) {
         case ErrorCode::kSnapshotFailed: return "snapshot_failed";
         case ErrorCode::kBadSnapshotFile: return "bad_snapshot_file";
         case ErrorCode::kParked: return "parked";
+        case ErrorCode::kBadSeq: return "bad_seq";
+        case ErrorCode::kSeqBusy: return "seq_busy";
     }
     return "internal";
 }

@@ -36,6 +36,8 @@ enum class ErrorCode {
     kSnapshotFailed,
     kBadSnapshotFile,
     kParked,
+    kBadSeq,
+    kSeqBusy,
 };
 
 // The wire name: "bad_flag", "context_overflow", ...
