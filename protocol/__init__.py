@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from ._codes import (
     MAX_LOGPROBS,
+    MAX_PARALLEL,
     PROTOCOL_VERSION,
+    PROTOCOL_VERSIONS,
+    RECORD_END,
     STREAM_END,
     ErrorCode,
     FinishReason,
@@ -31,6 +34,16 @@ from ._commands import (
     Tokenize,
     Unpark,
     Vocab,
+)
+from ._framing import (
+    DoneLine,
+    FramedStreamReader,
+    SeqEnd,
+    SeqRecord,
+    encode_seq_end,
+    encode_seq_record,
+    parse_daemon_line,
+    parse_done_line,
 )
 from ._lines import CommandLine, encode_line, parse_command_line
 from ._parse import Command, parse_command
@@ -76,7 +89,10 @@ from .errors import (
 
 __all__ = [
     "MAX_LOGPROBS",
+    "MAX_PARALLEL",
     "PROTOCOL_VERSION",
+    "PROTOCOL_VERSIONS",
+    "RECORD_END",
     "STREAM_END",
     "Cancel",
     "Command",
@@ -85,11 +101,13 @@ __all__ = [
     "Compress",
     "CompressSummary",
     "Detokenize",
+    "DoneLine",
     "Embed",
     "EmbedSummary",
     "ErrReply",
     "ErrorCode",
     "FinishReason",
+    "FramedStreamReader",
     "FreeSnapshot",
     "Generate",
     "GenerateSummary",
@@ -114,6 +132,8 @@ __all__ = [
     "Restore",
     "SaveSlot",
     "SamplingParams",
+    "SeqEnd",
+    "SeqRecord",
     "SlotList",
     "Snapshot",
     "SnapshotInfo",
@@ -133,10 +153,14 @@ __all__ = [
     "decode_value",
     "decode_value_bytes",
     "encode_line",
+    "encode_seq_end",
+    "encode_seq_record",
     "encode_token_bytes",
     "encode_value",
     "parse_command",
     "parse_command_line",
+    "parse_daemon_line",
+    "parse_done_line",
     "parse_reply_line",
     "parse_startup_line",
     "read_token_file",

@@ -7,6 +7,16 @@ import enum
 PROTOCOL_VERSION = 1
 """The ``protocol=`` value of the ready line this package speaks."""
 
+PROTOCOL_VERSIONS = frozenset({1, 2})
+"""Every version this package speaks: 1, one command at a time, and 2, several
+sequences at once (section 9). A daemon lists its own in the ready line's ``protocols=``."""
+
+MAX_PARALLEL = 64
+"""The most sequences a daemon runs at once (``--parallel``), so ``seq`` is below it."""
+
+RECORD_END = -1
+"""Protocol 2: the length word of the record that ends a sequence's output (section 9.2)."""
+
 STREAM_END = -1
 """The int32 value that ends the output of every stream command on the stream fd."""
 

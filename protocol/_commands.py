@@ -141,14 +141,27 @@ class Quit(CommandBase):
 
 @dataclass(frozen=True, slots=True)
 class Cancel(CommandBase):
-    """``cancel``: stop every ``generate`` sent before it that has not finished (section 5.4).
+    """``cancel [seq]``: stop every ``generate`` sent before it that has not finished (5.4).
 
     The reply is ``ok cancel running=1`` if there was one, else ``running=0``. Not a
     stream command itself: each cancelled ``generate`` still writes its own ``-1`` and
-    reply (``finish=cancelled``), which come before ``ok cancel`` in command order.
+    reply (``finish=cancelled``), which come before ``ok cancel`` in command order. With
+    ``seq`` (protocol 2, section 9.3), only that sequence's generation, and the reply
+    adds ``seq=S``.
     """
 
     name: ClassVar[str] = "cancel"
+
+    seq: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq is not None:
+            from ._sequence import check_seq
+
+            object.__setattr__(self, "seq", check_seq(self.seq))
+
+    def _args(self) -> list[str]:
+        return [] if self.seq is None else [str(self.seq)]
 
 
 ParkScope: TypeAlias = Literal["all", "target", "draft"]

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TypeAlias, TypedDict
 
-from ._codes import MAX_LOGPROBS, ErrorCode
+from ._codes import MAX_LOGPROBS, MAX_PARALLEL, ErrorCode
 from ._command_base import check_slot
 from ._commands import (
     COMPRESS_OPTIONS,
@@ -157,6 +157,13 @@ def _int_word(name: str, raw: str, low: int, high: int = INT32_MAX) -> int:
     return int(raw)
 
 
+def _seq_word(raw: str) -> int:
+    # A daemon checks against its own --parallel; a parser without one, against the most.
+    if not _INT.fullmatch(raw) or not 0 <= int(raw) < MAX_PARALLEL:
+        raise _Refusal(ErrorCode.BAD_SEQ, f"seq {raw!r} is not a sequence number")
+    return int(raw)
+
+
 def _slot_word(raw: str) -> int:
     if not _INT.fullmatch(raw) or not 0 <= int(raw) <= INT32_MAX:
         raise _Refusal(ErrorCode.BAD_SLOT, f"slot {raw!r} is not a slot number")
@@ -182,7 +189,7 @@ def _parse_bool(options: Mapping[str, str], key: str, *, default: bool) -> bool:
 _DECODING_USAGE = (
     "[temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] [pres_pen=P] "
     "[rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>]"
-    " [json_schema=<text>] [snap=L:S] [logprobs=K]"
+    " [json_schema=<text>] [snap=L:S] [logprobs=K] [seq=S]"
 )
 _DECODING_KEYS = frozenset(SamplingParams.__dataclass_fields__) | {
     "stop",
@@ -191,6 +198,7 @@ _DECODING_KEYS = frozenset(SamplingParams.__dataclass_fields__) | {
     "json_schema",
     "snap",
     "logprobs",
+    "seq",
 }
 
 
@@ -202,6 +210,7 @@ class _DecodingArgs(TypedDict):
     json_schema: InlineText | TextFile | None
     snap: tuple[int, int] | None
     logprobs: int | None
+    seq: int | None
 
 
 def _decoding(parsed: CommandLine, prompt: InlineIds | TokenFile) -> _DecodingArgs:
@@ -218,6 +227,7 @@ def _decoding(parsed: CommandLine, prompt: InlineIds | TokenFile) -> _DecodingAr
         "snap": None if "snap" not in options else _snap_option(options["snap"], prompt),
         "logprobs": None if "logprobs" not in options
         else _int_word("logprobs", options["logprobs"], 0, MAX_LOGPROBS),
+        "seq": None if "seq" not in options else _seq_word(options["seq"]),
     }
 
 
@@ -282,10 +292,23 @@ def _parse_stats(parsed: CommandLine) -> Stats:
 
 def _parse_slot_command(cls: type[Snapshot | FreeSnapshot]) -> Callable[[CommandLine], Command]:
     def parse(parsed: CommandLine) -> Command:
+        if cls is Snapshot:
+            _expect(parsed, "snapshot <slot> [seq=S]", 1, frozenset({"seq"}))
+            seq = parsed.options.get("seq")
+            return Snapshot(_slot_word(parsed.args[0]),
+                            seq=None if seq is None else _seq_word(seq))
         _expect(parsed, f"{parsed.command} <slot>", 1)
         return cls(_slot_word(parsed.args[0]))
 
     return parse
+
+
+def _parse_cancel(parsed: CommandLine) -> Cancel:
+    if len(parsed.args) == 1 and _INT.fullmatch(parsed.args[0]):
+        _expect(parsed, "cancel [seq]", 1)
+        return Cancel(_seq_word(parsed.args[0]))
+    _expect(parsed, "cancel [seq]", 0)
+    return Cancel()
 
 
 def _parse_slot_file_command(cls: type[SaveSlot | LoadSlot]) -> Callable[[CommandLine], Command]:
@@ -358,7 +381,7 @@ _PARSERS: dict[str, Callable[[CommandLine], Command]] = {
     "stats": _parse_stats,
     "quit": _parse_bare(Quit),
     "exit": _parse_bare(Quit),
-    "cancel": _parse_bare(Cancel),
+    "cancel": _parse_cancel,
     "snapshot": _parse_slot_command(Snapshot),
     "free_snapshot": _parse_slot_command(FreeSnapshot),
     "list_slots": _parse_bare(ListSlots),

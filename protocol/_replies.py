@@ -166,6 +166,21 @@ class ReadyInfo:
     capabilities: frozenset[str]
     fields: dict[str, str] = field(default_factory=dict, hash=False)
 
+    @property
+    def protocols(self) -> frozenset[int]:
+        """Every protocol version the daemon speaks (``protocols=``; a daemon older than
+        protocol 2 lists none, and speaks its ``protocol`` alone)."""
+        raw = self.fields.get("protocols")
+        if raw is None:
+            return frozenset({self.protocol})
+        return frozenset(int(v) for v in raw.split(",") if _INT.fullmatch(v))
+
+    @property
+    def parallel(self) -> int:
+        """How many sequences may generate at once (``parallel=``, section 9); 1 when absent."""
+        raw = self.fields.get("parallel", "1")
+        return int(raw) if _INT.fullmatch(raw) else 1
+
     def encode(self) -> bytes:
         """The ready line, ``\\n`` included (for test doubles of a daemon).
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ._codes import MAX_LOGPROBS
+from ._codes import MAX_LOGPROBS, MAX_PARALLEL
 from ._command_base import (
     CommandBase,
     as_bool,
@@ -35,6 +35,7 @@ __all__ = [
     "SaveSlot",
     "Snapshot",
     "check_marks",
+    "check_seq",
     "check_snap",
 ]
 
@@ -62,6 +63,16 @@ class _Decoding(CommandBase):
     """``K`` in ``0..MAX_LOGPROBS``: each token comes with its log-probability and the
     ``K`` most likely alternatives' (read with :class:`~protocol.LogprobStreamReader`);
     None: bare ids."""
+    seq: int | None = field(default=None, kw_only=True)
+    """Protocol 2 (section 9): the sequence ``0 .. parallel-1`` it runs on, beside the
+    others. The reply is then ``ok <command> seq=S`` at once, the values come as framed
+    records (:class:`~protocol.FramedStreamReader`) and the summary as a ``done`` line.
+    None: protocol 1, one generation at a time."""
+
+    @property
+    def framed(self) -> bool:
+        """Whether this is the protocol 2 form (it names ``seq``)."""
+        return self.seq is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +160,14 @@ def _check_decoding(command: Generate | Restore) -> None:
         keep("snap", check_snap(command.snap, prompt))
     if command.logprobs is not None:
         keep("logprobs", int_in_range("logprobs", command.logprobs, 0, MAX_LOGPROBS))
+    if command.seq is not None:
+        keep("seq", check_seq(command.seq))
+
+
+def check_seq(seq: object) -> int:
+    """A protocol 2 sequence number: ``0 .. MAX_PARALLEL - 1`` (the daemon checks its own
+    ``parallel``)."""
+    return int_in_range("seq", seq, 0, MAX_PARALLEL - 1)
 
 
 def check_snap(snap: object, prompt: InlineIds | TokenFile) -> tuple[int, int]:
@@ -186,6 +205,8 @@ def _decoding_options(command: Generate | Restore) -> dict[str, str]:
         options["snap"] = f"{position}:{slot}"
     if command.logprobs is not None:
         options["logprobs"] = str(command.logprobs)
+    if command.seq is not None:
+        options["seq"] = str(command.seq)
     return options
 
 
@@ -204,13 +225,24 @@ class _SlotCommand(CommandBase):
 
 @dataclass(frozen=True, slots=True)
 class Snapshot(_SlotCommand):
-    """``snapshot <slot>``: copy the live sequence into ``slot`` (section 5.5).
+    """``snapshot <slot> [seq=S]``: copy the live sequence into ``slot`` (section 5.5).
 
-    The reply (``ok snapshot slot=.. n_tokens=.. bytes=..``) reads as a
+    With ``seq`` (protocol 2, section 9), sequence ``S``'s state, which must not be
+    generating. The reply (``ok snapshot slot=.. n_tokens=.. bytes=..``) reads as a
     :class:`~protocol.SnapshotInfo`.
     """
 
     name: ClassVar[str] = "snapshot"
+
+    seq: int | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", check_slot(self.slot))
+        if self.seq is not None:
+            object.__setattr__(self, "seq", check_seq(self.seq))
+
+    def _options(self) -> dict[str, str]:
+        return {} if self.seq is None else {"seq": str(self.seq)}
 
 
 @dataclass(frozen=True, slots=True)

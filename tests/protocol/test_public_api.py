@@ -65,6 +65,18 @@ CONTRACT = {
     "TokenLogprobs",
     "Embed",
     "EmbedSummary",
+    # Protocol 2: several sequences at once (PROTOCOL.md 9).
+    "PROTOCOL_VERSIONS",
+    "MAX_PARALLEL",
+    "RECORD_END",
+    "FramedStreamReader",
+    "SeqRecord",
+    "SeqEnd",
+    "DoneLine",
+    "parse_done_line",
+    "parse_daemon_line",
+    "encode_seq_record",
+    "encode_seq_end",
 }
 
 ADDITIONS = {

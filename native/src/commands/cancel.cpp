@@ -13,7 +13,11 @@ std::string handle_cancel(Session & session, const CommandLine & cmd, bool runni
     OkReply reply("cancel");
     if (cmd.positional.size() == 1) {
         // cancel <seq> (protocol 2, PROTOCOL.md 9.3): only that sequence's generation.
-        reply.add("seq", parse_seq(session, cmd.positional[0]));
+        const std::string & word = cmd.positional[0];
+        if (word.empty() || word.find_first_not_of("0123456789") != std::string::npos) {
+            throw ProtocolError(ErrorCode::kBadArgs, "usage: cancel [seq]; '" + word + "' is not a sequence number");
+        }
+        reply.add("seq", parse_seq(session, word));
     }
     return reply.add("running", running ? "1" : "0").line();
 }
