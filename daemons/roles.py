@@ -104,6 +104,8 @@ class DaemonLaunch:
     """Prefill chunk; snapshots at multiples of it restore exactly (PROTOCOL.md 5.5)."""
     slots: int | None = None
     """Snapshot slots, numbered ``0 .. slots - 1``; None: ``DEFAULT_SLOTS``."""
+    parallel: int | None = None
+    """Sequences that generate at once over protocol 2 (PROTOCOL.md 9); None: one."""
     rpc: tuple[str, ...] = ()
     """``HOST:PORT`` of ggml RPC servers (e.g. a ds4_shard) whose devices the engine adds."""
     override_tensors: tuple[str, ...] = ()
@@ -145,6 +147,7 @@ class DaemonLaunch:
             ("seed", self.seed),
             ("chunk", self.chunk),
             ("slots", self.slots),
+            ("parallel", self.parallel),
             ("rpc", ",".join(self.rpc) or None),
             ("override-tensor", ",".join(self.override_tensors) or None),
             ("experts-in-host", self.experts_in_host),

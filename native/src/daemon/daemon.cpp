@@ -113,8 +113,12 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
         line += percent_encode(value);
     };
     add("protocol", std::to_string(kProtocolVersion));
-    add("protocols", kProtocolVersions);
-    add("parallel", std::to_string(engine.n_parallel));
+    if (engine.n_parallel > 1) {
+        // With one sequence the line stays protocol 1's, byte for byte (protocol 2 forms
+        // are accepted there too, with seq=0).
+        add("protocols", kProtocolVersions);
+        add("parallel", std::to_string(engine.n_parallel));
+    }
     add("role", role.name);
     add("arch", engine.arch);
     add("vocab", std::to_string(engine.n_vocab));

@@ -1,0 +1,361 @@
+"""Several sequences in one daemon (``--parallel N``, protocol 2, PROTOCOL.md 9), raw.
+
+What equality holds was measured on this CPU build (issue 21 item 3), with logprobs:
+
+- A sequence run alone on any lane of a ``--parallel N`` daemon gives bit for bit the
+  tokens and logprobs of a ``--parallel 1`` daemon, greedy, seeded sampling and grammar
+  alike, on every test model and gemma3 (deviation 0.0): each lane has its own KV
+  stream (engine.cpp: ``kv_unified`` off) and recurrent state, so nothing of one lane
+  reaches another. Those tests compare exactly, with the daemon's defaults.
+- Sequences decoded *together* do not compute bit for bit what they compute alone,
+  under any setting we have: the engine's CPU kernels round a row of a matmul
+  differently depending on the other rows of the batch. Measured over 5 prompts and 32
+  greedy tokens: on the F16 test models (qwen3, qwen35, laguna) logprobs stay within
+  2.8e-3 of solo ones and tokens agreed, with F16 or F32 KV cache and flash attention
+  on or off; on gemma3 (Q4_K_M weights, repacked) logprobs moved by up to 2.5 and
+  tokens changed from the first one on, with weight repacking off too. So for the F16
+  models the test asserts what the kernels do guarantee: logprobs within ``TOL / 2``
+  of the solo ones, and greedy tokens equal to the solo ones up to the first position
+  where the solo run's two best tokens are less than ``TOL`` apart (where a rounding
+  may flip them; the test then stops comparing that sequence). Exact equality needs
+  batch-invariant kernels (issue 21 item 2). For gemma3 it checks that every sequence
+  completes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import FramedStreamReader, SeqEnd, SeqRecord
+
+ONE_THREAD = "--threads=1"
+
+# Prompts of different lengths, so that with --chunk=8 prefills take 1 to 4 steps and
+# end at different steps: sequences join and leave the batch at different times.
+PROMPTS = [
+    [9707, 11, 1879, 374, 264, 1273],
+    [40, 1079, 264, 3363, 315, 279, 1879, 11, 323, 358, 1079, 1588, 311, 1492, 13, 576, 374, 1045],
+    [785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13],
+    [1, 2, 3],
+    [2610, 525, 264, 10950, 17847, 13, 22043, 279, 2701, 1467, 11, 3270, 264, 1273, 13, 576, 8678,
+     374, 1602, 5538, 11, 773, 1349, 432, 15516, 13, 12564, 13],
+]  # fmt: skip
+N_GEN = 48
+# Nats. Batched logprobs were measured within 2.8e-3 of solo ones on the F16 test models.
+TOL = 0.01
+
+
+def ids(prompt: list[int]) -> str:
+    return "ids:" + ",".join(map(str, prompt))
+
+
+class Lanes:
+    """Reads a protocol 2 daemon: records per sequence off the stream, done lines off stdout."""
+
+    def __init__(self, daemon: Any) -> None:
+        self.daemon = daemon
+        self.reader = FramedStreamReader()
+        self.tokens: dict[int, list[int]] = {}
+        self.records: dict[int, list[tuple[int, ...]]] = {}
+        self.ended: set[int] = set()
+        self.done: dict[int, str] = {}
+
+    def pump_stream(self, timeout: float = 0.0) -> None:
+        daemon = self.daemon
+        if daemon._stream_buf:  # bytes the daemon's own reader already took
+            data, daemon._stream_buf = daemon._stream_buf, b""
+            self._feed(data)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                daemon._wait_readable(daemon.stream_fd, time.monotonic() + remaining)
+            except AssertionError:
+                return
+            data = os.read(daemon.stream_fd, 65536)
+            if not data:
+                return
+            self._feed(data)
+            if timeout == 0.0:
+                deadline = time.monotonic()
+
+    def _feed(self, data: bytes) -> None:
+        for item in self.reader.feed(data):
+            if isinstance(item, SeqEnd):
+                assert item.seq not in self.ended, f"sequence {item.seq} ended twice"
+                self.ended.add(item.seq)
+            else:
+                assert isinstance(item, SeqRecord)
+                assert item.seq not in self.ended, f"record of sequence {item.seq} after its end"
+                self.records.setdefault(item.seq, []).append(item.values)
+                self.tokens.setdefault(item.seq, []).append(item.values[0])
+
+    def start(self, line: str, seq: int) -> None:
+        """Send a generate/restore naming ``seq`` and check its immediate reply."""
+        self.tokens.pop(seq, None)
+        self.records.pop(seq, None)
+        self.ended.discard(seq)
+        self.done.pop(seq, None)
+        reply = self.command(f"{line} seq={seq}")
+        assert reply == f"ok {line.split()[0]} seq={seq}", reply
+
+    def command(self, line: str, timeout: float = 60.0) -> str:
+        """Send a line; its reply, with done lines that came first recorded."""
+        self.daemon.send(line)
+        return self.next_reply(timeout)
+
+    def next_reply(self, timeout: float = 60.0) -> str:
+        while True:
+            reply = self.daemon.readline(timeout)
+            if not reply.startswith("done "):
+                return reply
+            self.on_done(reply)
+
+    def on_done(self, line: str) -> None:
+        _, seq_word, rest = line.split(" ", 2)
+        seq = int(seq_word)
+        # The end record was written before the done line.
+        self.pump_stream(timeout=5.0 if seq not in self.ended else 0.0)
+        assert seq in self.ended, f"done line of sequence {seq} before its end record"
+        self.done[seq] = rest
+
+    def wait_done(self, seqs: set[int], timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not seqs <= set(self.done):
+            self.pump_stream()
+            self.on_done(self.daemon.readline(max(0.1, deadline - time.monotonic())))
+
+
+def solo(spawn: Any, binary: Path, model: Path, lines: list[str], *flags: str) -> list[list[tuple[int, ...]]]:
+    """Each line's records on a --parallel 1 daemon, one generation at a time (protocol 1).
+
+    Every line asks for logprobs=2: a record is ``token lp alt1 lp1 alt2 lp2``.
+    """
+    daemon = spawn(binary, model, ONE_THREAD, "--chunk=8", *flags)
+    daemon.ready()
+    out = []
+    for line in lines:
+        values, reply = daemon.stream_command(line)
+        assert reply.startswith("ok generate"), reply
+        out.append([tuple(values[i:i + 6]) for i in range(0, len(values), 6)])
+    assert daemon.quit() == 0
+    return out
+
+
+def logprob(word: int) -> float:
+    return float(struct.unpack("<f", struct.pack("<i", word))[0])
+
+
+def assert_near_solo(alone: list[tuple[int, ...]], batched: list[tuple[int, ...]], label: str,
+                     *, greedy: bool) -> None:
+    """The rule of the module docstring: logprobs within TOL / 2 while the tokens agree;
+    a greedy token differs only where the solo run's best two were within TOL."""
+    for index, (a, b) in enumerate(zip(alone, batched, strict=False)):
+        if a[0] != b[0]:
+            gap = logprob(a[3]) - logprob(a[5])
+            assert not greedy or gap < TOL, (
+                f"{label}: token {index} is {b[0]} batched, {a[0]} alone, where the best two "
+                f"were {gap:.4f} apart")
+            return
+        for word in (1, 3, 5):
+            assert abs(logprob(a[word]) - logprob(b[word])) < TOL / 2, f"{label}: token {index}"
+    assert len(alone) == len(batched), label
+
+
+MODELS = [("qwen35", "qwen3"), ("qwen35", "qwen35"), ("laguna", "laguna")]
+
+
+def model_path(name: str, test_models: dict[str, Path], default_model: Path) -> Path:
+    return default_model if name == "gemma3" else test_models[name]
+
+
+def mixed_lines() -> list[str]:
+    """Greedy prompts with a seeded sampled and a grammar-constrained one mixed in."""
+    lines = [f"generate {ids(p)} {N_GEN} ignore_eos=1 logprobs=2" for p in PROMPTS]
+    lines[1] += " temp=0.9 top_k=40 seed=7"
+    lines[3] = f"generate {ids(PROMPTS[3])} {N_GEN} logprobs=2 grammar=text:root%20::=%20[0-9]%2B"
+    return lines
+
+
+GREEDY = {0, 2, 4}  # the plain greedy lines of mixed_lines()
+
+
+@pytest.mark.parametrize(("role", "model"), [*MODELS, ("qwen35", "gemma3")],
+                         ids=[m for _, m in [*MODELS, ("qwen35", "gemma3")]])
+def test_a_sequence_alone_on_any_lane_is_exactly_its_solo_run(
+    spawn: Any, native: Any, test_models: dict[str, Path], default_model: Path, role: str,
+    model: str,
+) -> None:
+    # Exact, with the daemon's defaults: lanes share nothing (module docstring).
+    path = model_path(model, test_models, default_model)
+    lines = mixed_lines()
+    expected = solo(spawn, native.binary(role), path, lines)
+    daemon = spawn(native.binary(role), path, ONE_THREAD, "--chunk=8", f"--parallel={len(lines)}",
+                   "--n-ctx=1024")  # fmt: skip
+    ready = daemon.ready()
+    assert ready["parallel"] == str(len(lines)) and ready["protocols"] == "1,2"
+    lanes = Lanes(daemon)
+    for index, line in enumerate(lines):
+        seq = len(lines) - 1 - index  # every line on another lane than its index
+        lanes.start(line, seq)
+        lanes.wait_done({seq})
+        assert lanes.records[seq] == expected[index], f"{line} alone on sequence {seq}"
+        assert f"n_gen={len(expected[index])} " in lanes.done[seq]
+    assert daemon.quit() == 0
+
+
+@pytest.mark.parametrize(("role", "model"), MODELS, ids=[m for _, m in MODELS])
+def test_concurrent_sequences_keep_their_solo_tokens(
+    spawn: Any, native: Any, test_models: dict[str, Path], role: str, model: str
+) -> None:
+    # Default numerics; what is compared and why: the module docstring.
+    lines = mixed_lines()
+    expected = solo(spawn, native.binary(role), test_models[model], lines)
+    daemon = spawn(native.binary(role), test_models[model], ONE_THREAD, "--chunk=8",
+                   f"--parallel={len(lines)}", "--n-ctx=1024")  # fmt: skip
+    daemon.ready()
+    lanes = Lanes(daemon)
+    # All at once, then again with the later ones arriving while the first decode.
+    for stagger in (False, True):
+        for seq, line in enumerate(lines):
+            lanes.start(line, seq)
+            if stagger:
+                lanes.pump_stream(timeout=0.05)
+        lanes.wait_done(set(range(len(lines))))
+        for seq, want in enumerate(expected):
+            assert lanes.done[seq].startswith("ok generate "), lanes.done[seq]
+            assert_near_solo(want, lanes.records[seq], f"{lines[seq]} (stagger={stagger})",
+                             greedy=seq in GREEDY)
+    assert daemon.quit() == 0
+
+
+def test_gemma3_concurrent_sequences_complete(spawn: Any, native: Any, default_model: Path) -> None:
+    # Q4_K_M weights: batched tokens differ from solo ones (module docstring).
+    daemon = spawn(native.binary("qwen35"), default_model, ONE_THREAD, "--chunk=8", "--parallel=4",
+                   "--n-ctx=1024")  # fmt: skip
+    daemon.ready()
+    lanes = Lanes(daemon)
+    for seq, prompt in enumerate(PROMPTS[:4]):
+        lanes.start(f"generate {ids(prompt)} 16 ignore_eos=1", seq)
+    lanes.wait_done({0, 1, 2, 3})
+    for seq in range(4):
+        assert len(lanes.tokens[seq]) == 16 and "finish=length" in lanes.done[seq]
+    assert daemon.quit() == 0
+
+
+def test_cancel_one_sequence_leaves_the_others_alone(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    model = test_models["qwen3"]
+    lines = [f"generate {ids(p)} {N_GEN} ignore_eos=1 logprobs=2" for p in PROMPTS[:4]]
+    expected = solo(spawn, native.binary("qwen35"), model, lines)
+    daemon = spawn(native.binary("qwen35"), model, ONE_THREAD, "--chunk=8", "--parallel=4",
+                   "--n-ctx=2048")  # fmt: skip
+    daemon.ready()
+    lanes = Lanes(daemon)
+    long_line = f"generate {ids(PROMPTS[2])} 400 ignore_eos=1"
+    for seq, line in enumerate(lines):
+        lanes.start(long_line if seq == 2 else line, seq)
+    # Sequence 2 is cancelled once it has written a few tokens.
+    deadline = time.monotonic() + 60
+    while len(lanes.tokens.get(2, [])) < 3:
+        assert time.monotonic() < deadline
+        lanes.pump_stream(timeout=0.05)
+    assert lanes.command("cancel 2") == "ok cancel seq=2 running=1"
+    lanes.wait_done({0, 1, 2, 3})
+    assert "finish=cancelled" in lanes.done[2]
+    assert 3 <= len(lanes.tokens[2]) < 400
+    for seq in (0, 1, 3):
+        assert_near_solo(expected[seq], lanes.records[seq], f"sequence {seq} beside a cancelled one",
+                         greedy=True)
+    # The lane is free again, and cancelling a finished lane stops nothing.
+    assert lanes.command("cancel 2") == "ok cancel seq=2 running=0"
+    lanes.start(lines[2] + " reuse=0", 2)
+    lanes.wait_done({2})
+    assert lanes.records[2] == expected[2]  # alone: exact
+    assert daemon.quit() == 0
+
+
+def test_protocol_2_errors_and_waiting_commands(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], ONE_THREAD, "--parallel=2",
+                   "--n-ctx=512")  # fmt: skip
+    daemon.ready()
+    lanes = Lanes(daemon)
+    prompt = ids(PROMPTS[0])
+    lanes.start(f"generate {prompt} 200 ignore_eos=1", 0)
+    assert daemon.err(lanes.command(f"generate {prompt} 4 seq=0")) == "seq_busy"
+    assert daemon.err(lanes.command(f"generate {prompt} 4 seq=2")) == "bad_seq"
+    assert daemon.err(lanes.command(f"generate {prompt} 4 seq=x")) == "bad_seq"
+    assert daemon.err(lanes.command("cancel 7")) == "bad_seq"
+    assert daemon.err(lanes.command("snapshot 0 seq=0")) == "seq_busy"
+    assert daemon.err(lanes.command(f"generate {prompt} 300 seq=1")) == "context_overflow"
+    # Refused protocol 2 lines write nothing to the stream; alongside commands answer now.
+    assert lanes.command("stats").startswith("ok stats ")
+    assert lanes.command("detokenize ids:9707").startswith("ok detokenize ")
+    assert 0 not in lanes.done
+    # A protocol 1 stream command waits for the running sequence, then streams bare ids:
+    # on the stream, sequence 0's records and end record come first.
+    daemon.send("tokenize text:Hello")
+    done = daemon.readline()
+    assert done.startswith("done 0 ok generate ") and "n_gen=200" in done, done
+    n = int(daemon.ok(daemon.readline(), "tokenize")["n"])
+    records = [(daemon.read_value(), daemon.read_value(), daemon.read_value()) for _ in range(200)]
+    assert all(seq == 0 and length == 1 for seq, length, _ in records)
+    assert (daemon.read_value(), daemon.read_value()) == (0, -1)
+    assert len(daemon.read_stream()) == n
+    # A snapshot of a sequence, restored on the other lane, continues it exactly.
+    lanes.start(f"generate {prompt} 8 ignore_eos=1", 1)
+    lanes.wait_done({1})
+    first = lanes.tokens[1]
+    assert lanes.command("snapshot 3 seq=1").startswith("ok snapshot slot=3 n_tokens=13 ")
+    lanes.start(f"restore 3 {prompt},{','.join(map(str, first[:7]))} 4 ignore_eos=1", 0)
+    lanes.wait_done({0})
+    assert "n_reused=13" in lanes.done[0]
+    lanes.start(f"generate {prompt} 12 ignore_eos=1 reuse=0", 1)
+    lanes.wait_done({1})
+    assert lanes.tokens[0] == lanes.tokens[1][7:11]
+    assert daemon.quit() == 0
+
+
+def test_parallel_1_speaks_protocol_2_and_speculation_refuses_parallel(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    model = test_models["qwen3"]
+    daemon = spawn(native.binary("qwen35"), model, ONE_THREAD)
+    ready = daemon.ready()
+    # One sequence: the ready line is protocol 1's, byte for byte; seq=0 works all the same.
+    assert ready["protocol"] == "1" and "protocols" not in ready and "parallel" not in ready
+    tokens, _ = daemon.stream_command(f"generate {ids(PROMPTS[0])} 6 ignore_eos=1 logprobs=2")
+    lanes = Lanes(daemon)
+    lanes.start(f"generate {ids(PROMPTS[0])} 6 ignore_eos=1 logprobs=2 reuse=0", 0)
+    lanes.wait_done({0})
+    # Records of 2 + 2K words, each the protocol 1 record framed.
+    assert [len(r) for r in lanes.records[0]] == [6] * 6
+    assert [w for r in lanes.records[0] for w in r] == tokens
+    assert daemon.quit() == 0
+
+    refused = spawn(native.binary("qwen35"), test_models["qwen35"], ONE_THREAD, "--parallel=2",
+                    f"--draft={test_models['dflash']}")  # fmt: skip
+    assert refused.readline().startswith("err bad_flag ")
+    assert refused.wait() == 2
+
+
+def test_eof_waits_for_running_sequences(spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], ONE_THREAD, "--parallel=3")
+    daemon.ready()
+    lanes = Lanes(daemon)
+    for seq in range(3):
+        lanes.start(f"generate {ids(PROMPTS[seq])} 20 ignore_eos=1", seq)
+    assert daemon.proc.stdin is not None
+    daemon.proc.stdin.close()
+    lanes.wait_done({0, 1, 2})
+    assert all(len(lanes.tokens[s]) == 20 for s in range(3))
+    assert daemon.wait() == 0
