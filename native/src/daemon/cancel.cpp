@@ -3,9 +3,12 @@
 namespace lucerna {
 
 uint64_t CancelState::note_generate(int32_t lane) {
+    unfinished_.fetch_add(1, std::memory_order_acq_rel);
     const uint64_t seq = last_read_.fetch_add(1, std::memory_order_acq_rel) + 1;
     if (valid(lane)) {
-        lanes_[static_cast<size_t>(lane)].last_read.store(seq, std::memory_order_release);
+        Lane & l = lanes_[static_cast<size_t>(lane)];
+        l.unfinished.fetch_add(1, std::memory_order_acq_rel);
+        l.last_read.store(seq, std::memory_order_release);
     }
     return seq;
 }
@@ -13,7 +16,7 @@ uint64_t CancelState::note_generate(int32_t lane) {
 bool CancelState::note_cancel() {
     const uint64_t upto = last_read_.load(std::memory_order_acquire);
     cancel_upto_.store(upto, std::memory_order_release);
-    return last_finished_.load(std::memory_order_acquire) < upto;
+    return unfinished_.load(std::memory_order_acquire) > 0;
 }
 
 bool CancelState::note_cancel_lane(int32_t lane) {
@@ -23,20 +26,16 @@ bool CancelState::note_cancel_lane(int32_t lane) {
     Lane & l = lanes_[static_cast<size_t>(lane)];
     const uint64_t upto = l.last_read.load(std::memory_order_acquire);
     l.cancel_upto.store(upto, std::memory_order_release);
-    return l.last_finished.load(std::memory_order_acquire) < upto;
+    return l.unfinished.load(std::memory_order_acquire) > 0;
 }
 
 void CancelState::finished(uint64_t seq, int32_t lane) {
     if (seq == 0) {
         return;
     }
-    // Protocol 1 generations finish in the order they were read; lanes finish in any
-    // order, so the global mark only moves forward.
-    uint64_t seen = last_finished_.load(std::memory_order_acquire);
-    while (seen < seq && !last_finished_.compare_exchange_weak(seen, seq, std::memory_order_acq_rel)) {
-    }
+    unfinished_.fetch_sub(1, std::memory_order_acq_rel);
     if (valid(lane)) {
-        lanes_[static_cast<size_t>(lane)].last_finished.store(seq, std::memory_order_release);
+        lanes_[static_cast<size_t>(lane)].unfinished.fetch_sub(1, std::memory_order_acq_rel);
     }
 }
 

@@ -41,20 +41,24 @@ public:
         }
         return valid(lane) && lanes_[static_cast<size_t>(lane)].cancel_upto.load(std::memory_order_acquire) >= seq;
     }
-    // Main thread: generation `seq` has written its -1 (or its end record).
+    // Main thread: generation `seq` has written its -1 (or its end record), or was
+    // refused; once per generation read.
     void finished(uint64_t seq, int32_t lane = -1);
 
 private:
     static bool valid(int32_t lane) { return lane >= 0 && lane < DaemonOptions::kMaxParallel; }
 
+    // `unfinished` counts generations read and not yet finished (running, queued, or
+    // about to be refused): the `running=` of a cancel. Protocol 2 generations finish in
+    // any order, so a count, not the number of the last one finished.
     struct Lane {
         std::atomic<uint64_t> last_read{0};
-        std::atomic<uint64_t> last_finished{0};
+        std::atomic<int64_t> unfinished{0};
         std::atomic<uint64_t> cancel_upto{0};
     };
 
     std::atomic<uint64_t> last_read_{0};
-    std::atomic<uint64_t> last_finished_{0};
+    std::atomic<int64_t> unfinished_{0};
     std::atomic<uint64_t> cancel_upto_{0};
     std::array<Lane, DaemonOptions::kMaxParallel> lanes_;
 };

@@ -11,49 +11,39 @@
 #include <utility>
 
 #include "commands/command_table.h"
+#include "wire/errors.h"
 #include "wire/wire.h"
 
 namespace lucerna {
 namespace {
 
-// A sequence number as protocol 2 writes it (a plain decimal below kMaxParallel), else -1.
-int32_t parse_lane(std::string_view word) {
-    if (word.empty() || word.size() > 2) {
-        return -1;
-    }
-    int32_t lane = 0;
-    for (const char c : word) {
-        if (c < '0' || c > '9') {
-            return -1;
-        }
-        lane = lane * 10 + (c - '0');
-    }
-    return lane < DaemonOptions::kMaxParallel ? lane : -1;
-}
-
 // Finds the sequence a protocol 2 line names: its `seq=S` option, or for `cancel S` the
-// positional. The reader needs it before the line is parsed, to number the generation
-// on its lane (cancel.h); the handler parses the line again, strictly.
+// positional. The reader needs it before the main thread runs the line, to number the
+// generation on its lane (cancel.h); it reads the line with the handlers' own parsers,
+// so both find the same lane. A line that does not parse still names a sequence when it
+// holds a raw `seq=` word (the handler refuses it; lane -1).
 void find_lane(const std::string & line, bool is_cancel, QueuedCommand & command) {
-    size_t at = 0;
-    int index = 0;
-    while (at < line.size()) {
-        while (at < line.size() && line[at] == ' ') {
-            ++at;
-        }
-        const size_t end = std::min(line.find(' ', at), line.size());
-        if (end > at) {
-            const std::string_view word(line.data() + at, end - at);
-            if (word.substr(0, 4) == "seq=") {
-                command.names_seq = true;
-                command.lane = parse_lane(word.substr(4));
-            } else if (is_cancel && index == 1) {
-                command.names_seq = true;
-                command.lane = parse_lane(word);
+    const std::string * word = nullptr;
+    try {
+        const CommandLine cmd = parse_command_line(line);
+        if (is_cancel) {
+            if (!cmd.positional.empty()) {
+                word = &cmd.positional[0];
             }
-            ++index;
+        } else {
+            for (const auto & [key, value] : cmd.options) {
+                if (key == "seq") {
+                    word = &value;
+                }
+            }
         }
-        at = end;
+        if (word != nullptr) {
+            command.names_seq = true;
+            command.lane = static_cast<int32_t>(parse_int("seq", *word, 0, DaemonOptions::kMaxParallel - 1));
+        }
+    } catch (const ProtocolError &) {
+        command.lane = -1;
+        command.names_seq = command.names_seq || is_cancel || line.find(" seq=") != std::string::npos;
     }
 }
 
