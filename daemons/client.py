@@ -237,13 +237,20 @@ class DaemonClient:
         self, slot: int | None, prompt: Sequence[int], n_gen: int, options: DecodeOptions
     ) -> AsyncIterator[GenerationStream]:
         """The one path of ``generate`` and ``restore``: send, stream, always end clean."""
+        command = self._decode_command(slot, prompt, n_gen, options)
+        async with open_generation(self._channel, command) as stream:
+            yield stream
+
+    def _decode_command(self, slot: int | None, prompt: Sequence[int], n_gen: int,
+                        options: DecodeOptions) -> Generate | Restore:
+        """The ``generate`` (``slot`` None) or ``restore`` line of ``options``."""
         grammar = options.get("grammar")
         json_schema = options.get("json_schema")
         build: Callable[..., Generate | Restore] = (
             functools.partial(Generate, reuse=options.get("reuse", True),
                               marks=tuple(options.get("marks", ())))
             if slot is None else functools.partial(Restore, slot))
-        command = build(
+        return build(
             self._ids_ref(prompt),
             n_gen,
             options.get("sampling"),
@@ -254,8 +261,6 @@ class DaemonClient:
             snap=options.get("snap"),
             logprobs=options.get("logprobs"),
         )
-        async with open_generation(self._channel, command) as stream:
-            yield stream
 
     async def snapshot(self, slot: int) -> SnapshotInfo:
         """Copy the live sequence into ``slot`` (PROTOCOL.md 5.5)."""
