@@ -359,3 +359,181 @@ def test_eof_waits_for_running_sequences(spawn: Any, native: Any, test_models: d
     lanes.wait_done({0, 1, 2})
     assert all(len(lanes.tokens[s]) == 20 for s in range(3))
     assert daemon.wait() == 0
+
+
+class StreamSplitter:
+    """The stream of a protocol 2 daemon that also runs protocol 1 stream commands:
+    framed records while sequences run, bare values up to -1 for a protocol 1 command
+    (which the daemon runs only once every sequence has ended, PROTOCOL.md 9.3)."""
+
+    def __init__(self, daemon: Any) -> None:
+        self.daemon = daemon
+        self.buf = bytearray()
+        self.records: dict[int, int] = {}  # tokens written per running sequence
+        self.ended: set[int] = set()
+
+    def fill(self, timeout: float) -> bool:
+        daemon = self.daemon
+        try:
+            daemon._wait_readable(daemon.stream_fd, time.monotonic() + timeout)
+        except AssertionError:
+            return False
+        data = os.read(daemon.stream_fd, 65536)
+        assert data, "stream fd closed"
+        self.buf += data
+        return True
+
+    def word(self, at: int) -> int:
+        return int(struct.unpack_from("<i", self.buf, at)[0])
+
+    def framed(self, until_ended: set[int] | None = None, timeout: float = 0.0) -> None:
+        """Consume whole records; with ``until_ended``, up to the end of those sequences
+        and no further (what follows may be the records of a sequence's next generation)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while len(self.buf) >= 8 and not (until_ended is not None and until_ended <= self.ended):
+                seq, length = self.word(0), self.word(4)
+                assert 0 <= seq < 4, f"record of sequence {seq}"
+                if length == -1:
+                    assert seq not in self.ended, f"sequence {seq} ended twice"
+                    self.ended.add(seq)
+                    del self.buf[:8]
+                    continue
+                assert length in (1, 2, 4, 6, 42), f"record of {length} words"
+                if len(self.buf) < 8 + 4 * length:
+                    break
+                assert seq not in self.ended, f"record of sequence {seq} after its end"
+                self.records[seq] = self.records.get(seq, 0) + 1
+                del self.buf[: 8 + 4 * length]
+            if until_ended is None or until_ended <= self.ended:
+                return
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"sequences {until_ended - self.ended} never ended"
+            self.fill(remaining)
+
+    def protocol_1(self, timeout: float = 30.0) -> list[int]:
+        """Bare values up to the -1 of a protocol 1 stream command."""
+        values: list[int] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            while len(self.buf) >= 4:
+                value = self.word(0)
+                del self.buf[:4]
+                if value == -1:
+                    return values
+                values.append(value)
+            assert self.fill(max(0.0, deadline - time.monotonic())), "no -1"
+
+
+def frames_its_output(line: bytes) -> bool:
+    """Whether the daemon runs ``line`` as protocol 2 (a generate or restore naming seq=),
+    found as the daemon's reader finds it (command_queue.cpp)."""
+    from protocol import MalformedLineError, parse_command_line
+
+    line = line.rstrip(b"\r")
+    if line.lstrip(b" ").split(b" ", 1)[0] not in (b"generate", b"restore"):
+        return False
+    try:
+        return "seq" in parse_command_line(line).options
+    except MalformedLineError:
+        return b" seq=" in line
+
+
+def test_fuzz_lines_against_running_sequences(
+    spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """10,000 lines, most of them protocol 2 forms, while up to 4 sequences run: every
+    line gets exactly one reply in order, every accepted generation exactly one end
+    record and then one done line with its token count, and the daemon survives."""
+    from tests.native.test_robustness import LineFuzzer, expected_reply
+
+    max_line = 4096
+    (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x00")
+    (tmp_path / "prompt.bin").write_bytes(b"\x01\x00\x00\x00\x02\x00\x00\x00")
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=1024", "--slots=8",
+                   "--parallel=4", f"--max-line={max_line}", ONE_THREAD, cwd=tmp_path)  # fmt: skip
+    daemon.ready()
+    fuzzer = LineFuzzer(seed=20261202, tmp=tmp_path, max_line=max_line)
+    r = fuzzer.rng
+    prompt = "ids:9707,1879,11"
+
+    def v2_line() -> str:
+        seq = r.choice(["0", "1", "2", "3", "3", "4", "-1", "x", "01", "%31", ""])
+        kind = r.random()
+        if kind < 0.70:
+            n_gen = r.choice([1, 5, 40, 100, 150, 300, 0])
+            options = r.sample(["temp=0.8 seed=3", "logprobs=2", "stop=11", "ignore_eos=1",
+                                "grammar=text:root%20::=%20[0-9]%2B", "reuse=0", "snap=2:1",
+                                "top_k=x", "marks=1,2"], r.randrange(0, 3))  # fmt: skip
+            head = (f"restore {r.randrange(0, 9)} {prompt},13" if r.random() < 0.15
+                    else f"generate {r.choice([prompt, fuzzer.ids()])}")
+            if r.random() < 0.7:
+                options.append("ignore_eos=1")
+            return " ".join([head, str(n_gen), *dict.fromkeys(options), f"seq={seq}"])
+        if kind < 0.76:
+            return f"cancel {seq}" if r.random() < 0.9 else "cancel"
+        if kind < 0.98:
+            return r.choice([f"snapshot {r.randrange(0, 9)} seq={seq}", f"free_snapshot {r.randrange(8)}",
+                             "list_slots", "stats", "detokenize ids:9707,1879"])  # fmt: skip
+        return fuzzer.soup() + f" seq={seq}"
+
+    splitter = StreamSplitter(daemon)
+    running: dict[int, str] = {}
+    counts = {"lines": 0, "beside_running": 0, "accepted": 0, "done": 0, "waited": 0, "max_running": 0}
+
+    def on_done(line: str) -> None:
+        _, seq_word, rest = line.split(" ", 2)
+        seq = int(seq_word)
+        assert seq in running, f"done line of sequence {seq}, which runs nothing: {line}"
+        splitter.framed(until_ended={seq}, timeout=10.0)  # its end record came first
+        if rest.startswith("ok "):
+            n_gen = int(daemon.ok(rest, rest.split(" ")[1])["n_gen"])
+            assert splitter.records.get(seq, 0) == n_gen, f"{running[seq]} -> {line}"
+        splitter.records.pop(seq, None)
+        splitter.ended.discard(seq)
+        del running[seq]
+        counts["done"] += 1
+
+    n_lines = 10_000
+    for index in range(n_lines):
+        # Few lines that wait (PROTOCOL.md 9.3): each lets every running sequence end.
+        line = (v2_line() if r.random() < 0.985 else fuzzer.line().decode("utf-8", "replace")).encode()
+        line = line.replace(b"\n", b"")
+        if line.lstrip(b" ").split(b" ", 1)[0].rstrip(b"\r") in (b"quit", b"exit"):
+            line += b" now"
+        reply_expected, v1_stream = expected_reply(line, max_line)
+        v2 = len(line) <= max_line and frames_its_output(line)
+        v1_stream = v1_stream and not v2
+        context = f"line {index}: {line[:200]!r}"
+        assert daemon.proc.stdin is not None
+        daemon.proc.stdin.write(line + b"\n")
+        daemon.proc.stdin.flush()
+        counts["lines"] += 1
+        counts["beside_running"] += bool(running)
+        if reply_expected:
+            while True:
+                reply = daemon.readline(timeout=60)
+                if not reply.startswith("done "):
+                    break
+                on_done(reply)
+            assert reply.startswith(("ok ", "err ")), f"{context} -> {reply!r}"
+            if v2 and reply.startswith(("ok generate seq=", "ok restore seq=")):
+                seq = int(reply.rsplit("=", 1)[1])
+                assert seq not in running, f"{context}: sequence {seq} accepted twice"
+                running[seq] = line.decode("utf-8", "replace")
+                counts["accepted"] += 1
+                counts["max_running"] = max(counts["max_running"], len(running))
+        if v1_stream:
+            assert not running, f"{context} ran beside sequences {sorted(running)}"
+            splitter.protocol_1()
+            counts["waited"] += 1
+        else:
+            splitter.framed()
+        assert daemon.proc.poll() is None, f"{context} killed the daemon:\n{daemon.stderr()[-3000:]}"
+    assert daemon.command("cancel").startswith("ok cancel")  # every sequence left stops
+    while running:
+        on_done(daemon.readline(timeout=60))
+    print(f"fuzz: {counts}")
+    assert counts["accepted"] > 500 and counts["max_running"] == 4 and counts["waited"] > 20
+    assert counts["beside_running"] > 6_000
+    assert daemon.quit() == 0
