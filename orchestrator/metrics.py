@@ -316,6 +316,8 @@ class Metrics:
             "open_fds": stats.open_fds if stats else None,
             "threads": stats.threads if stats else None,
             "n_ctx": model.n_ctx,
+            # Requests that generate at once (``--parallel``), each with ``n_ctx`` tokens.
+            "parallel": model.parallel,
             "architecture": model.info.architecture,
             "role": model.launch.role.name,
             "max_output_tokens": model.max_output_tokens,

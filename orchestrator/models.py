@@ -83,7 +83,7 @@ class ServedModel:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
                                      on_ready=self._on_ready,
                                      on_demand=self.residence.load == "on_demand")
-        self.queue = RequestQueue(self.queue_limit, on_turn=self.wake)
+        self.queue = RequestQueue(self.queue_limit, on_turn=self.wake, parallel=self.parallel)
 
     def remember_tokens(self, key: tuple[str, bool], ids: list[int]) -> None:
         self.token_memo[key] = ids
@@ -137,11 +137,18 @@ class ServedModel:
         )
 
     @property
+    def parallel(self) -> int:
+        """Requests that generate at once, each on a daemon sequence of its own."""
+        return self.launch.parallel or 1
+
+    @property
     def n_ctx(self) -> int:
+        """The context one request has: the daemon's, shared by its ``parallel``
+        sequences (``n_ctx / parallel`` each, PROTOCOL.md 9)."""
         client = self.supervisor.client
         if client is not None and client.ready is not None:
-            return client.ready.n_ctx
-        return self.launch.n_ctx or 0
+            return client.ready.n_ctx // client.ready.parallel
+        return (self.launch.n_ctx or 0) // self.parallel
 
     @property
     def output_cap(self) -> int:

@@ -1,10 +1,12 @@
-"""Admission to a model's daemon: one generation at a time, FIFO, bounded.
+"""Admission to a model's daemon: ``parallel`` generations at a time, FIFO, bounded.
 
 Each model has one ``RequestQueue``. A request takes a ``Ticket`` before anything
 is sent to the client: past the bound it is refused at once (503 with
 Retry-After, before any SSE header); otherwise it waits its turn in arrival order.
-The turn covers the whole request (tokenize, generate, detokenize), so the daemon
-never interleaves two requests. A ticket's turn can end in another task than the
+The turn covers the whole request (tokenize, generate, detokenize). With
+``parallel`` 1 (the default) the daemon never interleaves two requests; with N, up to N
+turns run at once, each generating on a slot of its own (``orchestrator.slots``), and
+the rest wait. A ticket's turn can end in another task than the
 one that waited for it (the SSE body runs in its own task), which is why this is a
 semaphore and not a lock: trio's ``Semaphore`` wakes waiters in FIFO order and has
 no owner. A turn begins with the queue's ``on_turn`` (models on demand wake the
@@ -67,10 +69,15 @@ class Ticket:
 
 class RequestQueue:
     def __init__(self, limit: int,
-                 on_turn: Callable[[], Awaitable[None]] | None = None) -> None:
+                 on_turn: Callable[[], Awaitable[None]] | None = None, *,
+                 parallel: int = 1) -> None:
         if limit < 0:
             raise ValueError("queue limit must be >= 0")
+        if parallel < 1:
+            raise ValueError("parallel must be >= 1")
         self.limit = limit
+        self.parallel = parallel
+        """Turns that run at once."""
         self.waiting = 0
         self.running = 0
         self.refused = 0
@@ -79,7 +86,7 @@ class RequestQueue:
         self.on_turn = on_turn
         self.idle_since = time.monotonic()
         """When the last request left (models on demand park a model idle long enough)."""
-        self._turns = trio.Semaphore(1)
+        self._turns = trio.Semaphore(parallel)
 
     @property
     def busy(self) -> bool:
@@ -92,8 +99,9 @@ class RequestQueue:
 
     def admit(self, model: str) -> Ticket:
         """A ticket for the next turn, or ``QueueFullError`` when the queue is full."""
-        busy = self.running > 0 or self.waiting > 0
-        if busy and self.waiting >= self.limit:
+        # ``waiting`` counts admitted tickets that have not taken their turn yet, also
+        # those about to take a free one: ``parallel`` turns plus ``limit`` places.
+        if self.running + self.waiting >= self.parallel + self.limit:
             self.refused += 1
             raise QueueFullError(
                 f"model {model!r} is busy: {self.waiting} requests are already waiting "

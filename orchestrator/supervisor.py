@@ -32,10 +32,11 @@ from dataclasses import dataclass
 
 import trio
 
-from daemons.client import DaemonClient, describe_exit, open_daemon
+from daemons.client import DaemonClient, describe_exit
 from daemons.errors import DaemonError, DaemonStartError
 from daemons.roles import DaemonLaunch
 from orchestrator.errors import DaemonUnrecoverableError, ServiceUnavailableError
+from orchestrator.slots import open_model_daemon
 
 __all__ = ["DaemonState", "RestartPolicy", "Supervisor"]
 
@@ -175,7 +176,7 @@ class Supervisor:
         if self.starts > 1:
             self._set(DaemonState.STARTING, f"restart {self.starts - 1}")
         try:
-            async with open_daemon(self.launch) as client:
+            async with open_model_daemon(self.launch) as client:
                 if self._on_ready is not None:
                     await self._on_ready(client)
                 self.client = client

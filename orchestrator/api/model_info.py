@@ -241,7 +241,9 @@ def props(model: ServedModel, registry: ModelRegistry,
             "n_ctx": model.n_ctx,
             "params": {**DEFAULT_SAMPLING, "n_predict": model.output_cap},
         },
-        "total_slots": 1,
+        # llama-server's slots are our sequences: requests that generate at once.
+        "total_slots": model.parallel,
+        "parallel": model.parallel,
         "chat_template": None if template is None else template.source,
         "chat_template_source": None if template is None else (
             "fallback" if template.is_fallback else "gguf"),

@@ -70,9 +70,12 @@ def build_models(config: LucernaConfig, native: NativeBuild,
         if settings.draft is not None:
             draft, draft_info = gguf(settings.draft, f"{where}.draft")
             _check_draft(role, draft_info.architecture, f"{where}.draft")
+        _check_parallel(settings, where)
+        parallel = settings.parallel
         launch = DaemonLaunch(
             role=role, executable=native.binary(role.name), model=path,
-            n_ctx=settings.n_ctx, threads=settings.threads,
+            n_ctx=settings.n_ctx, parallel=parallel if parallel > 1 else None,
+            threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
             draft=draft, draft_block_size=settings.draft_block_size,
             extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
@@ -84,7 +87,10 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                                      drafter_path=drafter_path,
                                      pflash_executable=native.binary("pflash"),
                                      restart=settings.restart),
-            prefix_cache=PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS),
+            # The prefix cache snapshots and restores sequence 0 over protocol 1; a model
+            # with several sequences does without it for now (issue 13 item 5).
+            prefix_cache=(PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS)
+                          if parallel == 1 else None),
             residence=Residence(load=settings.load, idle_s=settings.idle_s,
                                 idle_action=settings.idle_action, group=settings.group),
             reasoning=_reasoning_default(settings),
@@ -109,6 +115,19 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
         ram_bytes=ram,
         disk_dir=None if server.kv_cache_dir is None else Path(server.kv_cache_dir),
         disk_bytes=(server.kv_cache_dir_mib << 20) // max(1, n_models))
+
+
+def _check_parallel(settings: ModelSettings, where: str) -> None:
+    if settings.parallel == 1:
+        return
+    if settings.draft is not None:
+        raise ConfigError(f"{where}: parallel = {settings.parallel} with a draft: a "
+                          "speculative daemon serves one sequence (PROTOCOL.md 9.5). Fix: "
+                          "set parallel = 1, or leave draft out.")
+    if settings.prefill is not None and settings.prefill.mode != "off":
+        raise ConfigError(f"{where}: parallel = {settings.parallel} with [models.prefill]: "
+                          "PFlash drives the target one request at a time. Fix: set "
+                          "parallel = 1, or remove [models.prefill].")
 
 
 def _check_draft(role: RoleSpec, architecture: str, where: str) -> None:

@@ -190,6 +190,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         raise table.error("env", "every value must be a string", 'quote the values: '
                           'env = { CUDA_VISIBLE_DEVICES = "0" }')
     queue = table.read(keys.QUEUE_LIMIT)
+    parallel = table.read(keys.PARALLEL)
     max_out = table.read(keys.MAX_OUTPUT_TOKENS)
     load = table.read(keys.LOAD)
     idle_text = table.get(keys.IDLE.key)
@@ -223,6 +224,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         launcher=launcher or (),
         env=dict(env or {}),
         queue_limit=queue,
+        parallel=parallel,
         max_output_tokens=max_out,
         restart=restart,
         prefill=prefill,

@@ -31,7 +31,8 @@ SERVER_FLAGS = (ServerKeys.HOST, ServerKeys.PORT, ServerKeys.SHUTDOWN_TIMEOUT,
                 ServerKeys.CACHE_RAM_MIB, ServerKeys.KV_CACHE_DIR, ServerKeys.KV_CACHE_DIR_MIB)
 """Flags that replace their ``[server]`` key."""
 MODEL_FLAGS = (ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
-               ModelKeys.QUEUE_LIMIT, ModelKeys.MAX_OUTPUT_TOKENS, ModelKeys.EMBEDDINGS)
+               ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, ModelKeys.MAX_OUTPUT_TOKENS,
+               ModelKeys.EMBEDDINGS)
 """Flags that set their ``[[models]]`` key for every model served."""
 BOUNDED_FLAGS = tuple(s for s in (*SERVER_FLAGS, *MODEL_FLAGS, RestartKeys.MAX_FAILURES)
                       if s.low is not None)
@@ -57,6 +58,7 @@ class Overrides:
     threads: int | None = None
     n_gpu_layers: int | None = None
     queue_limit: int | None = None
+    parallel: int | None = None
     max_output_tokens: int | None = None
     restart_max_failures: int | None = None
     draft: str | None = None
@@ -87,7 +89,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                     ServerKeys.MAX_BODY_BYTES, ServerKeys.KEEPALIVE_INTERVAL,
                     ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
                     ModelKeys.MAX_OUTPUT_TOKENS, ServerKeys.SHUTDOWN_TIMEOUT,
-                    ModelKeys.QUEUE_LIMIT, RestartKeys.MAX_FAILURES, ModelKeys.DRAFT):
+                    ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, RestartKeys.MAX_FAILURES,
+                    ModelKeys.DRAFT):
         add_flag(parser, setting)
     add_flag(parser, ModelKeys.EMBEDDINGS, nargs="?", const="mean")
     for setting in (ServerKeys.CACHE_RAM_MIB, ServerKeys.KV_CACHE_DIR,

@@ -1,0 +1,153 @@
+"""A model's daemon with several slots: continuous batching behind the DaemonClient API.
+
+With ``parallel = N`` (> 1) a model's daemon runs ``--parallel N`` and speaks protocol 2
+(PROTOCOL.md 9): up to N generations share its steps. ``open_slot_client`` starts it and
+yields a ``SlotClient``, a ``DaemonClient`` whose
+
+- ``generate`` and ``restore`` take a free slot (a daemon sequence), run there as a
+  ``daemons.batch.SequenceStream`` and free it when the block is left (leaving early
+  cancels that sequence alone, ``cancel <seq>``). This is the seam of the generation
+  core (``orchestrator.generation.generate_events``): it calls ``client.generate``
+  whichever client the supervisor holds, so streaming, stop strings, disconnects and
+  resume-after-crash are one loop for both;
+- other commands (``vocab``, ``stats``, ``park``, ``embed`` ...) go through
+  ``BatchClient.run``; those the daemon runs only between generations (9.3) wait for
+  the running ones to end;
+- ``tokenize`` goes to a second daemon of the same model, the **tokenizer**: a daemon
+  tokenizes only between generations (a version 1 stream command waits, 9.3), so a
+  request that arrives while N others stream would wait for all of them before its
+  prompt could even be read. The tokenizer runs on the CPU with a tiny context and is
+  parked as soon as it is ready (PROTOCOL.md 5.6: weights and context released, the
+  vocabulary kept), so it costs a process and its vocabulary.
+
+The supervisor watches ``exited`` of the generating daemon; the tokenizer dying kills
+it too, so both come back together.
+
+How many requests run is the model's ``RequestQueue`` (``parallel`` turns); the free
+slot list here only maps turns onto sequence numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from daemons.batch import BatchClient, SequenceStream, open_batch_client
+from daemons.client import DaemonClient, DecodeOptions, open_daemon
+from daemons.process import DaemonProcess, open_daemon_process
+from daemons.roles import DaemonLaunch
+from protocol import Command, OkReply
+
+__all__ = ["TOKENIZER_N_CTX", "SlotClient", "open_model_daemon", "open_slot_client",
+           "tokenizer_launch"]
+
+log = logging.getLogger("lucerna.slots")
+
+TOKENIZER_N_CTX = 64
+"""The tokenizer daemon's context: it never decodes, and is parked once ready."""
+
+
+def tokenizer_launch(launch: DaemonLaunch) -> DaemonLaunch:
+    """The tokenizer of a model launched as ``launch``: same file and role, one sequence,
+    no draft, on the CPU, a tiny context, one thread."""
+    return dataclasses.replace(launch, parallel=None, n_ctx=TOKENIZER_N_CTX, threads=1,
+                               n_gpu_layers=0, draft=None, draft_block_size=None, slots=None,
+                               rpc=(), override_tensors=(), experts_in_host=None)
+
+
+class SlotClient(DaemonClient):
+    """A ``--parallel N`` daemon as a ``DaemonClient``. Use through ``open_slot_client``."""
+
+    def __init__(self, daemon: DaemonProcess, workdir: Path, batch: BatchClient,
+                 tokenizer: DaemonClient) -> None:
+        super().__init__(daemon, workdir)
+        self.batch = batch
+        self.tokenizer = tokenizer
+        self.parallel = batch.parallel
+        self._free = list(range(batch.parallel))
+        self._freed = trio.Event()
+
+    @property
+    def slots_busy(self) -> int:
+        """Slots with a generation that has not ended."""
+        return self.parallel - len(self._free)
+
+    async def _command(self, command: Command) -> OkReply:
+        return await self.batch.run(command)
+
+    async def _stream_command(self, command: Command) -> tuple[list[int], OkReply]:
+        raise ValueError(f"{command.name} is a version 1 stream command, which a "
+                         "--parallel daemon runs only between generations; "
+                         "SlotClient sends it nowhere")
+
+    async def tokenize(self, text: str, *, special: bool = True,
+                       add_bos: bool | None = None) -> list[int]:
+        return await self.tokenizer.tokenize(text, special=special, add_bos=add_bos)
+
+    async def _take_slot(self) -> int:
+        # The model's queue lets at most ``parallel`` requests run, and each frees its
+        # slot before its turn ends, so this waits only in the instant between the two.
+        while not self._free:
+            await self._freed.wait()
+        return self._free.pop(0)
+
+    def _give_back(self, seq: int) -> None:
+        self._free.append(seq)
+        self._free.sort()
+        self._freed.set()
+        self._freed = trio.Event()
+
+    @asynccontextmanager
+    async def _decode(  # type: ignore[override]
+        self, slot: int | None, prompt: Sequence[int], n_gen: int, options: DecodeOptions
+    ) -> AsyncIterator[SequenceStream]:
+        """``generate`` or ``restore`` on a free slot; leaving early cancels that slot only."""
+        command = self._decode_command(slot, prompt, n_gen, options)
+        seq = await self._take_slot()
+        try:
+            async with self.batch.open_sequence(dataclasses.replace(command, seq=seq)) as stream:
+                yield stream
+        finally:
+            self._give_back(seq)
+
+
+@asynccontextmanager
+async def open_slot_client(launch: DaemonLaunch, *,
+                           ready_timeout: float = 600.0) -> AsyncIterator[SlotClient]:
+    """Start the tokenizer and the ``--parallel`` daemon of ``launch``; always clean up."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"lucerna-{launch.role.name}-slots-"))
+    try:
+        async with open_daemon(tokenizer_launch(launch),
+                               ready_timeout=ready_timeout) as tokenizer:
+            await tokenizer.park()
+            async with (open_daemon_process(launch, ready_timeout=ready_timeout) as daemon,
+                        open_batch_client(daemon) as batch,
+                        trio.open_nursery() as nursery):
+
+                async def tokenizer_watch() -> None:
+                    await tokenizer.exited.wait()
+                    log.error("%s tokenizer daemon pid %d died; restarting the model's "
+                              "daemon with it", launch.role.name, tokenizer.pid)
+                    daemon.kill()
+
+                nursery.start_soon(tokenizer_watch)
+                try:
+                    yield SlotClient(daemon, workdir, batch, tokenizer)
+                finally:
+                    nursery.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def open_model_daemon(launch: DaemonLaunch) -> AbstractAsyncContextManager[DaemonClient]:
+    """``open_slot_client`` for ``parallel`` above 1, else ``open_daemon``."""
+    if (launch.parallel or 1) > 1:
+        return open_slot_client(launch)
+    return open_daemon(launch)

@@ -1,0 +1,266 @@
+"""Several requests generating at once on one daemon (``parallel``, issue 13 item 3).
+
+What equality holds (issue 21 item 3; measured by tests/native/test_batching.py and
+PROTOCOL.md 9.4): a request that runs alone on any slot of a ``--parallel N`` daemon
+gets exactly the tokens of a ``--parallel 1`` daemon, under the default settings. Requests
+decoded *together* do not, under any setting the server has: the CPU kernels round a
+matmul row differently beside other rows. On the F16 test models logprobs stay within a
+few thousandths of a nat of the solo ones, so greedy text agrees except after a position
+where the solo run's two best tokens are that close. The tests here assert exactly that
+(``assert_near_solo``), through the HTTP API: the solo runs are the same requests sent
+one at a time to the same server, which is exact by the first fact. Bit-identical
+concurrent decoding needs batch-invariant kernels (issue 21 item 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from daemons.native import NativeBuild
+from orchestrator.config import Overrides, apply_overrides, build_models, load_config
+from orchestrator.errors import ConfigError, QueueFullError
+from orchestrator.scheduler import RequestQueue
+from tests.conftest import LucernaServer
+
+PARALLEL = 4
+N_CTX = 1024  # 256 tokens per slot
+MODEL = "qwen3"
+# Nats: batched logprobs were measured within 2.8e-3 of solo ones on the F16 test models.
+TOL = 0.01
+PROMPTS = [
+    "The quick brown fox",
+    "Once upon a time, in a land far away, there lived a",
+    "1, 2, 3, 4,",
+    "def main():\n    print(",
+    "The capital of France is",
+    "Dear colleagues, I write to",
+]
+MAX_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def slots_server(
+    native: NativeBuild, test_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[LucernaServer]:
+    srv = LucernaServer(tmp_path_factory.mktemp("slots") / "serve.log",
+                        "--model", str(test_models["qwen3"]), "--model-name", MODEL,
+                        "--n-ctx", str(N_CTX), "--parallel", str(PARALLEL),
+                        "--queue-limit", "8")
+    try:
+        srv.wait_healthy()
+        yield srv
+    finally:
+        srv.stop()
+
+
+def body(prompt: str, **extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
+            "logprobs": 2, **extra}
+
+
+async def complete(client: httpx.AsyncClient, prompt: str) -> dict[str, Any]:
+    response = await client.post("/v1/completions", json=body(prompt), timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]  # type: ignore[no-any-return]
+
+
+async def stream(client: httpx.AsyncClient, prompt: str, *, max_tokens: int = MAX_TOKENS,
+                 after: int | None = None, at: trio.Event | None = None) -> dict[str, Any]:
+    """Stream a completion: its text, tokens, finish reason and error event, if any.
+    With ``after``, set ``at`` once that many chunks arrived (and go on reading)."""
+    out: dict[str, Any] = {"text": "", "tokens": [], "finish": None, "error": None}
+    request = body(prompt, max_tokens=max_tokens, stream=True)
+    async with client.stream("POST", "/v1/completions", json=request, timeout=300) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                out["error"] = chunk["error"]
+                continue
+            choice = chunk["choices"][0]
+            out["text"] += choice["text"]
+            out["tokens"] += (choice.get("logprobs") or {}).get("tokens", [])
+            out["finish"] = choice["finish_reason"] or out["finish"]
+            if after is not None and at is not None and len(out["tokens"]) >= after:
+                at.set()
+    return out
+
+
+def assert_near_solo(solo: dict[str, Any], batched: dict[str, Any], label: str) -> None:
+    """Tokens equal up to the first where the solo run's best two are within TOL (a
+    rounding may flip them there); logprobs within TOL / 2 up to there."""
+    a, b = solo["logprobs"], batched["logprobs"]
+    for i, token in enumerate(a["tokens"]):
+        top = sorted(a["top_logprobs"][i].values(), reverse=True)
+        assert i < len(b["tokens"]), f"{label}: ended at {i}, solo went on"
+        assert b["tokens"][i] == token, f"{label}: token {i}: {b['tokens'][i]!r} != {token!r}"
+        assert abs(b["token_logprobs"][i] - a["token_logprobs"][i]) < TOL / 2, f"{label}: {i}"
+        if len(top) > 1 and top[0] - top[1] < TOL:
+            return  # past here a rounding may pick the other one
+    assert b["tokens"] == a["tokens"], label
+    assert batched["finish_reason"] == solo["finish_reason"], label
+
+
+async def solo_runs(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    return [await complete(client, prompt) for prompt in PROMPTS]
+
+
+async def test_concurrent_requests_keep_their_solo_text(slots_server: LucernaServer) -> None:
+    async with httpx.AsyncClient(base_url=slots_server.base_url) as client:
+        props = (await client.get("/props")).json()
+        assert props["parallel"] == PARALLEL and props["total_slots"] == PARALLEL
+        assert props["n_ctx"] == N_CTX // PARALLEL
+        status = (await client.get("/status")).json()["models"][MODEL]
+        assert status["parallel"] == PARALLEL
+        solo = await solo_runs(client)
+        # Alone on whichever slot it got: exactly the same again.
+        assert await complete(client, PROMPTS[0]) == solo[0]
+        together: list[dict[str, Any]] = [{}] * len(PROMPTS)
+
+        async def run(index: int) -> None:
+            together[index] = await complete(client, PROMPTS[index])
+
+        async with trio.open_nursery() as nursery:
+            for index in range(len(PROMPTS)):  # more requests than slots: two queue
+                nursery.start_soon(run, index)
+        for index, prompt in enumerate(PROMPTS):
+            assert together[index]["finish_reason"] in ("stop", "length")
+            assert_near_solo(solo[index], together[index], prompt)
+        status = (await client.get("/status")).json()["models"][MODEL]
+        assert status["queue"]["running"] == 0 and status["queue"]["waiting"] == 0
+
+
+async def test_a_disconnect_cancels_only_its_request(slots_server: LucernaServer) -> None:
+    async with httpx.AsyncClient(base_url=slots_server.base_url) as client:
+        solo = await solo_runs(client)
+        results: dict[int, dict[str, Any]] = {}
+        started = trio.Event()
+
+        async def leaver() -> None:
+            # Reads a few tokens of a long request, then hangs up.
+            with trio.move_on_after(120):
+                request = body(PROMPTS[3], max_tokens=200, stream=True)
+                async with client.stream("POST", "/v1/completions", json=request,
+                                         timeout=300) as response:
+                    seen = 0
+                    async for line in response.aiter_lines():
+                        seen += line.startswith("data: ")
+                        if seen >= 3:
+                            started.set()
+                            return
+
+        async def stayer(index: int) -> None:
+            await started.wait()
+            results[index] = await complete(client, PROMPTS[index])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(leaver)
+            for index in (0, 1, 2):
+                nursery.start_soon(stayer, index)
+        for index in (0, 1, 2):
+            assert_near_solo(solo[index], results[index], f"beside a disconnect: {index}")
+        # The abandoned slot is free again: a full house of requests all run.
+        async with trio.open_nursery() as nursery:
+            for index in range(PARALLEL):
+                nursery.start_soon(stayer, index)
+        log = slots_server.log()
+        assert "Traceback" not in log
+
+
+async def test_sigkill_with_streams_open_resumes_every_stream(
+        slots_server: LucernaServer) -> None:
+    async with httpx.AsyncClient(base_url=slots_server.base_url) as client:
+        status = (await client.get("/status")).json()["models"][MODEL]
+        pid, restarts = status["pid"], status["restarts"]
+        n_tokens = 48
+        results: dict[int, dict[str, Any]] = {}
+        flowing = [trio.Event() for _ in range(PARALLEL)]
+
+        async def run(index: int) -> None:
+            results[index] = await stream(client, PROMPTS[index], max_tokens=n_tokens,
+                                          after=4, at=flowing[index])
+
+        async with trio.open_nursery() as nursery:
+            for index in range(PARALLEL):
+                nursery.start_soon(run, index)
+            for event in flowing:
+                with trio.fail_after(120):
+                    await event.wait()
+            os.kill(pid, signal.SIGKILL)
+        status = (await client.get("/status")).json()["models"][MODEL]
+        assert status["restarts"] == restarts + 1 and status["pid"] != pid
+        for index in range(PARALLEL):
+            result = results[index]
+            # Resumed by prefilling prompt + tokens so far; or, at worst, a clean error.
+            if result["error"] is None:
+                assert result["finish"] in ("stop", "length"), result
+                assert result["finish"] == "stop" or len(result["tokens"]) == n_tokens
+            else:
+                assert result["finish"] is None and result["error"]["message"]
+        assert any(results[i]["error"] is None for i in results)
+        # And the model serves on.
+        assert (await complete(client, PROMPTS[0]))["finish_reason"] in ("stop", "length")
+
+
+async def test_queue_runs_parallel_turns_and_bounds_the_waiting() -> None:
+    queue = RequestQueue(1, parallel=2)
+    first, second = queue.admit("m"), queue.admit("m")
+    await first.wait_turn()
+    await second.wait_turn()
+    assert queue.running == 2
+    third = queue.admit("m")  # waits: the one place the limit allows
+    with pytest.raises(QueueFullError):
+        queue.admit("m")
+    order: list[str] = []
+
+    async def waiter() -> None:
+        await third.wait_turn()
+        order.append("third")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.sleep(0.01)
+        assert order == [] and queue.waiting == 1
+        first.release()
+    assert order == ["third"] and queue.running == 2
+    second.release()
+    third.release()
+    assert not queue.busy
+    # Free turns are room too: two admitted at once on an idle queue of limit 0.
+    idle = RequestQueue(0, parallel=2)
+    idle.admit("m")
+    idle.admit("m")
+    with pytest.raises(QueueFullError):
+        idle.admit("m")
+
+
+def test_parallel_key_and_flag(tmp_path: Path) -> None:
+    config = tmp_path / "lucerna.toml"
+    config.write_text('[[models]]\nname = "a"\npath = "default"\nparallel = 3\n')
+    assert load_config(config).models[0].parallel == 3
+    assert apply_overrides(load_config(config), Overrides(parallel=5)).models[0].parallel == 5
+    config.write_text('[[models]]\nname = "a"\npath = "default"\nparallel = 0\n')
+    with pytest.raises(ConfigError, match="parallel"):
+        load_config(config)
+    with pytest.raises(ConfigError, match="--parallel"):
+        apply_overrides(None, Overrides(parallel=65))
+
+
+def test_parallel_refuses_a_draft(native: NativeBuild, test_models: dict[str, Path],
+                                  tmp_path: Path) -> None:
+    config = tmp_path / "lucerna.toml"
+    config.write_text(f'[[models]]\nname = "a"\npath = "{test_models["qwen35"]}"\n'
+                      f'draft = "{test_models["dflash"]}"\nparallel = 2\n')
+    with pytest.raises(ConfigError, match="speculative daemon serves one sequence"):
+        build_models(load_config(config), native)
