@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
+from protocol import MAX_PARALLEL
 
 __all__ = [
     "BEARER_KEY",
     "BEARER_KEY_ENV",
     "N_CTX",
     "N_GPU_LAYERS",
+    "PARALLEL",
     "THREADS",
     "Setting",
     "SettingsTable",
@@ -93,6 +95,11 @@ N_GPU_LAYERS = Setting("n_gpu_layers", int,
                        "give the layers to offload (-1 or leave out: all that fit the build)",
                        shown="all that fit the build", low=-1, flag="--n-gpu-layers",
                        help="layers to offload on GPU builds, -1: all")
+PARALLEL = Setting(
+    "parallel", int, "give how many requests generate at once, e.g. parallel = 4 (1: one at "
+    "a time)", default=1, low=1, high=MAX_PARALLEL, flag="--parallel",
+    help="requests per model that generate at once (continuous batching in one daemon, each "
+    "with n_ctx / parallel tokens of context); the rest queue")
 
 BEARER_KEY_ENV = "LUCERNA_API_KEY"
 BEARER_KEY = Setting("api_key", str, f"pass the server's API key, or set ${BEARER_KEY_ENV}",

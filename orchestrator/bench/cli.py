@@ -33,13 +33,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import ConfigError
 from orchestrator.settings import (
     BEARER_KEY,
     BEARER_KEY_ENV,
     N_CTX,
     N_GPU_LAYERS,
+    PARALLEL,
     THREADS,
     add_flag,
+    check_flag,
 )
 
 if TYPE_CHECKING:
@@ -127,6 +130,9 @@ def add_bench_parser(sub: Any) -> None:
              "context")
     add_flag(engine, THREADS)
     add_flag(engine, N_GPU_LAYERS)
+    add_flag(engine, PARALLEL, help="requests that generate at once: Lucerna's --parallel and "
+             "llama-server's --parallel (slots); the context given or chosen is per request, "
+             "and both servers get it times this")
     engine.add_argument("--queue-limit", type=int, help="Lucerna's --queue-limit (default: "
                         "the largest concurrency, at least 16)")
     engine.add_argument("--startup-timeout", type=float, default=600.0,
@@ -232,7 +238,8 @@ def server_settings(args: argparse.Namespace, plan: BenchPlan, model: Path, n_ct
         model=model, n_ctx=n_ctx, threads=args.threads or os.cpu_count() or 1,
         n_gpu_layers=args.n_gpu_layers,
         queue_limit=args.queue_limit or max(16, *plan.concurrency),
-        prompt_cache=not args.no_cache, chat_template_file=chat_template_file)
+        prompt_cache=not args.no_cache, chat_template_file=chat_template_file,
+        parallel=args.parallel or 1)
 
 
 def _bench_self_contained(args: argparse.Namespace) -> int:
@@ -274,9 +281,12 @@ def _bench_self_contained(args: argparse.Namespace) -> int:
         # would use ChatML. The same template on both sides: the same prompts.
         template_file = logs / "fallback-chat-template.jinja"
         template_file.write_text(FALLBACK_TEMPLATE, encoding="utf-8")
-    settings = server_settings(args, plan, model, n_ctx, template_file)
+    # Each of the --parallel slots gets the context a request needs (both servers split
+    # n_ctx evenly among their slots).
+    settings = server_settings(args, plan, model, n_ctx * (args.parallel or 1), template_file)
     recorded = _settings(
-        args, plan, model=str(model), n_ctx=settings.n_ctx, threads=settings.threads,
+        args, plan, model=str(model), n_ctx=settings.n_ctx, parallel=settings.parallel,
+        threads=settings.threads,
         n_gpu_layers=settings.n_gpu_layers, queue_limit=settings.queue_limit,
         prompt_cache="on" if settings.prompt_cache else "off",
         chat_template=("lucerna fallback, both servers" if template_file else "the model's"))
@@ -349,6 +359,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          "drives the daemon without a chat template")
     if args.max_tokens < 1 or args.repeats < 1 or (args.limit is not None and args.limit < 1):
         raise SystemExit("lucerna bench: error: --max-tokens, --repeats and --limit must be >= 1")
+    if args.url and args.parallel is not None:
+        raise SystemExit("lucerna bench: error: --parallel starts its own servers: give "
+                         "--model, not --url")
+    try:
+        check_flag(PARALLEL, args.parallel)
+    except ConfigError as exc:
+        raise SystemExit(f"lucerna bench: error: {exc}") from None
     if args.url:
         return _bench_urls(args)
     return _bench_self_contained(args)

@@ -9,7 +9,8 @@ Lucerna's daemon creates its context with the engine's defaults
 (``llama_context_default_params``) except ``n_batch = n_ubatch = min(n_ctx, chunk)``
 (chunk 512), one sequence, and ``--threads`` for both decode and batch threads.
 llama-server's defaults differ in places that change speed or memory, so each is
-set explicitly: batch and micro-batch, threads and batch threads, one slot, the
+set explicitly: batch and micro-batch, threads and batch threads, its slots (Lucerna's
+``--parallel``, one by default), the
 full-size SWA cache (the engine default, not llama-server's), f16 KV, flash
 attention ``auto``, and no fitting of unset parameters to free memory (it may shrink
 the context). Sampling is made equal per request (``temperature: 0``, greedy).
@@ -83,6 +84,9 @@ class ServerSettings:
     """Lucerna's disk tier (``--kv-cache-dir``); llama-server has none to match."""
     chat_template_file: Path | None = None
     """A Jinja chat template for llama-server, when the model has none of its own."""
+    parallel: int = 1
+    """Requests that generate at once: Lucerna's ``--parallel``, llama-server's slots. Both
+    split ``n_ctx`` evenly among them (llama-server's KV is not unified by default)."""
 
 
 def free_port() -> int:
@@ -96,6 +100,8 @@ def lucerna_argv(settings: ServerSettings, port: int, model_name: str) -> list[s
             "--model-name", model_name, "--host", "127.0.0.1", "--port", str(port),
             "--n-ctx", str(settings.n_ctx), "--threads", str(settings.threads),
             "--queue-limit", str(settings.queue_limit)]
+    if settings.parallel > 1:
+        argv += ["--parallel", str(settings.parallel)]
     if settings.n_gpu_layers is not None:
         argv += ["--n-gpu-layers", str(settings.n_gpu_layers)]
     if not settings.prompt_cache:
@@ -112,7 +118,7 @@ def llama_server_argv(binary: Path, settings: ServerSettings, port: int,
     argv = [
         str(binary), "--model", str(settings.model), "--alias", model_name,
         "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", str(settings.n_ctx), "--parallel", "1",
+        "--ctx-size", str(settings.n_ctx), "--parallel", str(settings.parallel),
         "--threads", str(settings.threads), "--threads-batch", str(settings.threads),
         "--batch-size", batch, "--ubatch-size", batch,
         "--n-gpu-layers", "all" if ngl is None or ngl < 0 else str(ngl),

@@ -14,9 +14,8 @@ from daemons.roles import ROLES
 from orchestrator.api._http import MAX_BODY_BYTES
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S
 from orchestrator.reasoning import EFFORT_BUDGETS
-from orchestrator.settings import N_CTX, N_GPU_LAYERS, THREADS, Setting
+from orchestrator.settings import N_CTX, N_GPU_LAYERS, PARALLEL, THREADS, Setting
 from orchestrator.supervisor import RestartPolicy
-from protocol import MAX_PARALLEL
 
 __all__ = [
     "CHAT_MODEL_PATH",
@@ -120,11 +119,7 @@ class ModelKeys:
     QUEUE_LIMIT = Setting("queue_limit", int, "give how many requests may wait, e.g. 16",
                           default=16, low=0, flag="--queue-limit",
                           help="requests that may wait per model before new ones get 503")
-    PARALLEL = Setting(
-        "parallel", int, "give how many requests generate at once, e.g. parallel = 4 (1: one "
-        "at a time)", default=1, low=1, high=MAX_PARALLEL, flag="--parallel",
-        help="requests per model that generate at once (continuous batching in one daemon, "
-        "each with n_ctx / parallel tokens of context); the rest queue")
+    PARALLEL = PARALLEL
     MAX_OUTPUT_TOKENS = Setting(
         "max_output_tokens", int, "give a per-request cap in tokens, or leave it out for a "
         "quarter of the context", shown="a quarter of the context", low=1,
