@@ -139,7 +139,8 @@ class BatchClient:
     def __init__(self, daemon: DaemonProcess) -> None:
         ready = daemon.ready
         if ready is None or 2 not in ready.protocols:
-            raise ValueError("the daemon does not speak protocol 2 (its ready line lists no protocols=...2)")
+            raise ValueError("the daemon does not speak protocol 2 "
+                             "(its ready line lists no protocols=...2)")
         self.daemon = daemon
         self.parallel = ready.parallel
         """How many sequences may generate at once: ``0 .. parallel - 1``."""
@@ -162,7 +163,9 @@ class BatchClient:
 
     # --- commands ------------------------------------------------------------------------
 
-    async def _exchange(self, command: Command, before_send: SequenceStream | None = None) -> OkReply:
+    async def _exchange(
+        self, command: Command, before_send: SequenceStream | None = None
+    ) -> OkReply:
         if self._broken is not None:
             raise self._broken
         pending = _PendingReply(command)
@@ -179,7 +182,8 @@ class BatchClient:
         assert reply is not None
         if isinstance(reply, ErrReply):
             raise self._refusal(reply.code, reply.detail)
-        if reply.command != command.name and not (command.name == "exit" and reply.command == "quit"):
+        expected = "quit" if command.name == "exit" else command.name
+        if reply.command != expected:
             raise self._refusal("protocol", f"expected a reply to {command.name}, got {reply}")
         return reply
 
@@ -215,7 +219,8 @@ class BatchClient:
             DaemonReplyError: the daemon refused it (``seq_busy``, ``bad_args`` ...).
         """
         if command.seq is None or not 0 <= command.seq < self.parallel:
-            raise ValueError(f"{command.name} needs seq= in 0..{self.parallel - 1}, got {command.seq}")
+            raise ValueError(
+                f"{command.name} needs seq= in 0..{self.parallel - 1}, got {command.seq}")
         if command.seq in self._sequences:
             raise self._refusal("seq_busy", f"sequence {command.seq} is still generating")
         stream = SequenceStream(self, command)
@@ -264,9 +269,10 @@ class BatchClient:
                 continue
             pending = self._replies.popleft()
             pending.reply = parsed
-            if isinstance(parsed, ErrReply) and pending.command.name in ("generate", "restore"):
-                seq = getattr(pending.command, "seq", None)
-                self._sequences.pop(seq, None)  # refused: it never ran
+            command = pending.command
+            if (isinstance(parsed, ErrReply) and isinstance(command, Generate | Restore)
+                    and command.seq is not None):
+                self._sequences.pop(command.seq, None)  # refused: it never ran
             pending.event.set()
 
     async def _read_stream(self) -> None:
@@ -300,7 +306,8 @@ class BatchClient:
         except trio.Cancelled:
             raise
         except Exception as error:  # a protocol violation: nothing after it can be trusted
-            log.error("%s daemon pid %d broke protocol 2: %s", self.daemon.role, self.daemon.pid, error)
+            log.error("%s daemon pid %d broke protocol 2: %s", self.daemon.role, self.daemon.pid,
+                      error)
             self._break(self._refusal("protocol", str(error)))
             self.daemon.kill()
 

@@ -132,7 +132,9 @@ class Lanes:
             self.on_done(self.daemon.readline(max(0.1, deadline - time.monotonic())))
 
 
-def solo(spawn: Any, binary: Path, model: Path, lines: list[str], *flags: str) -> list[list[tuple[int, ...]]]:
+def solo(
+    spawn: Any, binary: Path, model: Path, lines: list[str], *flags: str
+) -> list[list[tuple[int, ...]]]:
     """Each line's records on a --parallel 1 daemon, one generation at a time (protocol 1).
 
     Every line asks for logprobs=2: a record is ``token lp alt1 lp1 alt2 lp2``.
@@ -272,8 +274,8 @@ def test_cancel_one_sequence_leaves_the_others_alone(
     assert "finish=cancelled" in lanes.done[2]
     assert 3 <= len(lanes.tokens[2]) < 400
     for seq in (0, 1, 3):
-        assert_near_solo(expected[seq], lanes.records[seq], f"sequence {seq} beside a cancelled one",
-                         greedy=True)
+        assert_near_solo(expected[seq], lanes.records[seq],
+                         f"sequence {seq} beside a cancelled one", greedy=True)
     # The lane is free again, and cancelling a finished lane stops nothing.
     assert lanes.command("cancel 2") == "ok cancel seq=2 running=0"
     lanes.start(lines[2] + " reuse=0", 2)
@@ -348,7 +350,9 @@ def test_parallel_1_speaks_protocol_2_and_speculation_refuses_parallel(
     assert refused.wait() == 2
 
 
-def test_eof_waits_for_running_sequences(spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+def test_eof_waits_for_running_sequences(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
     daemon = spawn(native.binary("qwen35"), test_models["qwen3"], ONE_THREAD, "--parallel=3")
     daemon.ready()
     lanes = Lanes(daemon)
@@ -391,7 +395,7 @@ class StreamSplitter:
         and no further (what follows may be the records of a sequence's next generation)."""
         deadline = time.monotonic() + timeout
         while True:
-            while len(self.buf) >= 8 and not (until_ended is not None and until_ended <= self.ended):
+            while len(self.buf) >= 8 and not (until_ended and until_ended <= self.ended):
                 seq, length = self.word(0), self.word(4)
                 assert 0 <= seq < 4, f"record of sequence {seq}"
                 if length == -1:
@@ -473,13 +477,14 @@ def test_fuzz_lines_against_running_sequences(
         if kind < 0.76:
             return f"cancel {seq}" if r.random() < 0.9 else "cancel"
         if kind < 0.98:
-            return r.choice([f"snapshot {r.randrange(0, 9)} seq={seq}", f"free_snapshot {r.randrange(8)}",
-                             "list_slots", "stats", "detokenize ids:9707,1879"])  # fmt: skip
+            return r.choice([f"snapshot {r.randrange(0, 9)} seq={seq}", "list_slots", "stats",
+                             f"free_snapshot {r.randrange(8)}", "detokenize ids:9707,1879"])
         return fuzzer.soup() + f" seq={seq}"
 
     splitter = StreamSplitter(daemon)
     running: dict[int, str] = {}
-    counts = {"lines": 0, "beside_running": 0, "accepted": 0, "done": 0, "waited": 0, "max_running": 0}
+    counts = dict.fromkeys(
+        ("lines", "beside_running", "accepted", "done", "waited", "max_running"), 0)
 
     def on_done(line: str) -> None:
         _, seq_word, rest = line.split(" ", 2)
@@ -497,7 +502,8 @@ def test_fuzz_lines_against_running_sequences(
     n_lines = 10_000
     for index in range(n_lines):
         # Few lines that wait (PROTOCOL.md 9.3): each lets every running sequence end.
-        line = (v2_line() if r.random() < 0.985 else fuzzer.line().decode("utf-8", "replace")).encode()
+        raw = v2_line() if r.random() < 0.985 else fuzzer.line().decode("utf-8", "replace")
+        line = raw.encode()
         line = line.replace(b"\n", b"")
         if line.lstrip(b" ").split(b" ", 1)[0].rstrip(b"\r") in (b"quit", b"exit"):
             line += b" now"
@@ -529,7 +535,8 @@ def test_fuzz_lines_against_running_sequences(
             counts["waited"] += 1
         else:
             splitter.framed()
-        assert daemon.proc.poll() is None, f"{context} killed the daemon:\n{daemon.stderr()[-3000:]}"
+        assert daemon.proc.poll() is None, (
+            f"{context} killed the daemon:\n{daemon.stderr()[-3000:]}")
     assert daemon.command("cancel").startswith("ok cancel")  # every sequence left stops
     while running:
         on_done(daemon.readline(timeout=60))

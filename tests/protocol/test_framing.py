@@ -78,7 +78,9 @@ def test_a_sequence_outside_the_range_is_refused(seq: object) -> None:
         (b"snapshot 1 seq=1 x=2", ErrorCode.BAD_ARGS),
     ],
 )
-def test_parse_command_refuses_protocol_2_lines_with_the_daemons_code(line: bytes, code: str) -> None:
+def test_parse_command_refuses_protocol_2_lines_with_the_daemons_code(
+    line: bytes, code: str
+) -> None:
     with pytest.raises(CommandError) as refused:
         parse_command(line)
     assert refused.value.code == code
