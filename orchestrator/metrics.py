@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestrator.generation import Event, Finished
 from orchestrator.models import ModelRegistry, ServedModel
+from orchestrator.slots import SlotClient
 from orchestrator.supervisor import DaemonState
 
 __all__ = ["Metrics", "MetricsMiddleware", "ProcessStats", "RequestRecord", "daemon_process_stats"]
@@ -110,6 +111,13 @@ def _live_pid(model: ServedModel) -> int | None:
     if client is None or client.exited.is_set():
         return None
     return client.pid
+
+
+def _tokenizer_pid(model: ServedModel) -> int | None:
+    client = model.supervisor.client
+    if not isinstance(client, SlotClient) or client.tokenizer.exited.is_set():
+        return None
+    return client.tokenizer.pid
 
 
 class _StateCollector(Collector):
@@ -316,8 +324,10 @@ class Metrics:
             "open_fds": stats.open_fds if stats else None,
             "threads": stats.threads if stats else None,
             "n_ctx": model.n_ctx,
-            # Requests that generate at once (``--parallel``), each with ``n_ctx`` tokens.
+            # Requests that generate at once (``--parallel``), each with ``n_ctx`` tokens;
+            # with more than one, the model's tokenizer daemon (orchestrator/slots.py).
             "parallel": model.parallel,
+            "tokenizer_pid": _tokenizer_pid(model),
             "architecture": model.info.architecture,
             "role": model.launch.role.name,
             "max_output_tokens": model.max_output_tokens,
