@@ -284,3 +284,51 @@ async def test_the_tokenizer_dying_restarts_the_model(slots_server: LucernaServe
         assert now["restarts"] == status["restarts"] + 1 and now["pid"] != status["pid"]
         assert "tokenizer daemon pid" in slots_server.log()
         assert (await complete(client, PROMPTS[1]))["finish_reason"] in ("stop", "length")
+
+
+CITY_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "population"],
+               "properties": {"name": {"type": "string", "maxLength": 24},
+                              "population": {"type": "integer", "maximum": 99999999}}}
+
+
+async def test_grammar_and_seeded_requests_mixed_in(slots_server: LucernaServer) -> None:
+    """A schema-constrained chat and a seeded sampled completion beside greedy ones: the
+    schema holds, the seeded one alone repeats exactly (any slot), and together every
+    request completes; the greedy ones keep their solo tokens within rounding."""
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Describe Oslo."}],
+            "max_tokens": 64, "temperature": 0,
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "city", "schema": CITY_SCHEMA}}}
+    seeded = {**body(PROMPTS[2]), "temperature": 0.9, "seed": 7}
+
+    async def city(client: httpx.AsyncClient) -> dict[str, Any]:
+        response = await client.post("/v1/chat/completions", json=chat, timeout=300)
+        assert response.status_code == 200, response.text
+        return response.json()["choices"][0]  # type: ignore[no-any-return]
+
+    async def sampled(client: httpx.AsyncClient) -> dict[str, Any]:
+        response = await client.post("/v1/completions", json=seeded, timeout=300)
+        assert response.status_code == 200, response.text
+        return response.json()["choices"][0]  # type: ignore[no-any-return]
+
+    async with httpx.AsyncClient(base_url=slots_server.base_url) as client:
+        greedy_solo = [await complete(client, PROMPTS[i]) for i in (0, 1)]
+        assert await sampled(client) == await sampled(client)
+        results: dict[str, dict[str, Any]] = {}
+
+        async def run(name: str) -> None:
+            if name == "city":
+                results[name] = await city(client)
+            elif name == "seeded":
+                results[name] = await sampled(client)
+            else:
+                results[name] = await complete(client, PROMPTS[int(name)])
+
+        async with trio.open_nursery() as nursery:
+            for name in ("city", "seeded", "0", "1"):
+                nursery.start_soon(run, name)
+    parsed = json.loads(results["city"]["message"]["content"])
+    assert set(parsed) == {"name", "population"} and isinstance(parsed["population"], int)
+    assert results["seeded"]["finish_reason"] in ("stop", "length")
+    for i in (0, 1):
+        assert_near_solo(greedy_solo[i], results[str(i)], f"beside a grammar: {i}")
