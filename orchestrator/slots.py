@@ -18,7 +18,8 @@ yields a ``SlotClient``, a ``DaemonClient`` whose
   request that arrives while N others stream would wait for all of them before its
   prompt could even be read. The tokenizer runs on the CPU with a tiny context and is
   parked as soon as it is ready (PROTOCOL.md 5.6: weights and context released, the
-  vocabulary kept), so it costs a process and its vocabulary.
+  vocabulary kept), so it costs a process and its vocabulary (50 MiB resident for the
+  default model).
 
 The supervisor watches ``exited`` of the generating daemon; the tokenizer dying kills
 it too, so both come back together.
@@ -58,8 +59,8 @@ def tokenizer_launch(launch: DaemonLaunch) -> DaemonLaunch:
     """The tokenizer of a model launched as ``launch``: same file and role, one sequence,
     no draft, on the CPU, a tiny context, one thread."""
     return dataclasses.replace(launch, parallel=None, n_ctx=TOKENIZER_N_CTX, threads=1,
-                               n_gpu_layers=0, draft=None, draft_block_size=None, slots=None,
-                               rpc=(), override_tensors=(), experts_in_host=None)
+                               n_gpu_layers=0, chunk=None, draft=None, draft_block_size=None,
+                               slots=None, rpc=(), override_tensors=(), experts_in_host=None)
 
 
 class SlotClient(DaemonClient):
