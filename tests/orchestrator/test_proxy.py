@@ -20,7 +20,7 @@ import pytest
 
 from daemons.native import NativeBuild
 from orchestrator.errors import UpstreamError
-from orchestrator.generation import Conversation, GenerationRequest
+from orchestrator.events import Conversation, GenerationRequest
 from orchestrator.niah import needle_found
 from orchestrator.prefill import UpstreamSettings
 from orchestrator.prefill._proxy import upstream_events
