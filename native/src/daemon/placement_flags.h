@@ -29,10 +29,8 @@ struct PlacementOptions {
     static constexpr const char * kDefaultRpcListen = "127.0.0.1:50052";
 };
 
-// True for the flags this module parses ("--rpc", ...).
-bool is_placement_flag(const std::string & flag);
-
-// Parses one of those flags into `opts`. A flag may be repeated: --rpc and
+// Parses one of the flags of this module (--rpc, --override-tensor, --experts-in-host,
+// --rpc-listen) into `opts`; daemon/args.cpp's flag table routes them here. A flag may be repeated: --rpc and
 // --override-tensor append, the others replace. Throws ProtocolError(bad_flag).
 void parse_placement_flag(const std::string & flag, const std::string & value, PlacementOptions & opts);
 
