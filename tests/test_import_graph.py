@@ -153,6 +153,29 @@ def test_packages_keep_their_layers() -> None:
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 
+def test_only_the_api_knows_http() -> None:
+    """starlette belongs to orchestrator/api/ and the app that assembles it: the core
+    takes plain values and yields events, whatever carries them."""
+    allowed = ("orchestrator.api", "orchestrator.app")
+    wrong = [f"{module} imports {name}" for module, name in sorted(_external_imports())
+             if name.split(".")[0] == "starlette"
+             and not any(module == a or module.startswith(f"{a}.") for a in allowed)]
+    assert not wrong, "HTTP outside orchestrator/api/:\n" + "\n".join(wrong)
+
+
+def _external_imports() -> set[tuple[str, str]]:
+    """(module of ours, absolute module it imports) for every import, anywhere."""
+    found: set[tuple[str, str]] = set()
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    found.update((_module_name(path), alias.name) for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    found.add((_module_name(path), node.module))
+    return found
+
+
 def test_the_graph_sees_every_kind_of_import() -> None:
     """Guards the walker: a cycle hidden behind TYPE_CHECKING or a function is found."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
