@@ -51,7 +51,8 @@ class Setting:
     key: str
     """The TOML key (also the ``Overrides`` field a flag fills, unless ``dest`` says)."""
     kind: type
-    """``int``, ``float``, ``str``, ``list`` (of non-empty strings) or ``dict`` (a table)."""
+    """``int``, ``float``, ``str``, ``bool``, ``list`` (of non-empty strings) or ``dict``
+    (a table)."""
     fix: str
     """What a wrong value's message tells the user to do."""
     default: Any = None
@@ -175,6 +176,10 @@ class SettingsTable:
         self._read.add(key)
         return self.data.get(key)
 
+    def has(self, setting: Setting) -> bool:
+        """Whether the table sets ``setting`` (``read`` gives its default when not)."""
+        return self.get(setting.key) is not None
+
     def read(self, setting: Setting, *, required: bool = False) -> Any:
         """The value of ``setting``'s key, checked as declared; absent: its default."""
         kind, key, fix = setting.kind, setting.key, setting.fix
@@ -182,7 +187,11 @@ class SettingsTable:
             value: Any = self.integer(key, int(setting.low or 0), fix, high=(
                 None if setting.high is None else int(setting.high)))
         elif kind is float:
-            value = self.number(key, setting.low or 0, fix)
+            value = self.number(key, setting.low or 0, fix, high=setting.high)
+        elif kind is bool:
+            value = self.get(key)
+            if value is not None and not isinstance(value, bool):
+                raise self.error(key, f"expected true or false, got {value!r}", fix)
         elif kind is list:
             value = self.strings(key, fix)
         elif kind is dict:
@@ -221,12 +230,15 @@ class SettingsTable:
             raise self.error(key, f"expected an integer {bound}, got {value!r}", fix)
         return value
 
-    def number(self, key: str, low: float, fix: str) -> float | None:
+    def number(self, key: str, low: float, fix: str, *,
+               high: float | None = None) -> float | None:
         value = self.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
-            raise self.error(key, f"expected a number >= {low:g}, got {value!r}", fix)
+        bound = f">= {low:g}" if high is None else f"in [{low:g}, {high:g}]"
+        if (isinstance(value, bool) or not isinstance(value, int | float) or not value >= low
+                or (high is not None and value > high)):
+            raise self.error(key, f"expected a number {bound}, got {value!r}", fix)
         return float(value)
 
     def strings(self, key: str, fix: str) -> tuple[str, ...] | None:
