@@ -102,14 +102,16 @@ BEARER_KEY = Setting("api_key", str, f"pass the server's API key, or set ${BEARE
 
 
 def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, setting: Setting, *,
-             default: Any = None, help: str | None = None, shown: str | None = None,
-             **extra: Any) -> None:
-    """Add ``setting``'s flag; its help ends with the default, ``shown`` or declared.
+             flag: str | None = None, default: Any = None, help: str | None = None,
+             shown: str | None = None, **extra: Any) -> None:
+    """Add ``setting``'s flag (or ``flag``, for a key that is a flag of one command only);
+    its help ends with the default, ``shown`` or declared.
 
     ``default`` is argparse's, None by default: a flag that was not given leaves the
     config file's value (or the declared default) alone.
     """
-    assert setting.flag is not None, f"{setting.key} has no flag"
+    name = flag or setting.flag
+    assert name is not None, f"{setting.key} has no flag"
     options: dict[str, Any] = {"default": default, "help": setting.flag_help(shown, help)}
     if setting.kind in (int, float):
         options["type"] = setting.kind
@@ -118,7 +120,7 @@ def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, setting:
     options["dest"] = setting.dest or setting.key
     if setting.metavar is not None:
         options["metavar"] = setting.metavar
-    parser.add_argument(setting.flag, **(options | extra))
+    parser.add_argument(name, **(options | extra))
 
 
 def check_flag(setting: Setting, value: float | None) -> None:
