@@ -24,6 +24,7 @@
 #include "engine/emit.h"
 #include "engine/grammar.h"
 #include "engine/prefix_reuse.h"
+#include "wire/constants.h"
 #include "wire/token_refs.h"
 
 namespace lucerna {

@@ -34,9 +34,6 @@ struct GenerateRequest {
     int32_t logprobs = -1;
 };
 
-// The most alternatives `logprobs=` may ask for (OpenAI's top_logprobs bound).
-constexpr int32_t kMaxLogprobs = 20;
-
 // Parses `<ids> <n_gen> [options]` given as words. Validation order: option values,
 // token source, empty prompt, token range, context size, grammar. Throws ProtocolError.
 GenerateRequest parse_generate_request(const Session & session, const CommandLine & cmd, const std::string & ids,

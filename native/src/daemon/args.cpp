@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "wire/constants.h"
 #include "wire/errors.h"
 #include "wire/numbers.h"
 
@@ -33,11 +34,6 @@ double flag_real(const std::string & flag, const std::string & value, double min
     }
     return *parsed;
 }
-
-// A verify step decodes the whole block in one engine micro-batch, and the recurrent
-// state keeps one rollback copy per block position; 64 is far past any trained DFlash
-// block (16) and keeps both bounded.
-constexpr int64_t kMaxDraftBlock = 64;
 
 constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "daemon/placement_flags.h"
+#include "wire/constants.h"
 
 namespace lucerna {
 
@@ -21,7 +22,7 @@ struct DaemonOptions {
     // restore from a chunk-aligned snapshot feeds the engine the batches an
     // uninterrupted run did (PROTOCOL.md 5.5). Also the engine's n_batch and n_ubatch.
     int32_t chunk = 512;
-    int32_t n_slots = 64;          // snapshot slots 0 .. n_slots-1
+    int32_t n_slots = kDefaultSlots;  // snapshot slots 0 .. n_slots-1
     int64_t max_line = 1 << 20;    // longest command line in bytes (line_too_long beyond)
     PlacementOptions placement;  // --rpc, --override-tensor, --experts-in-host, --rpc-listen
 

@@ -22,6 +22,7 @@
 #include "engine/rpc_server.h"
 #include "engine/snapshot_files.h"
 #include "engine/speculative.h"
+#include "wire/constants.h"
 #include "wire/errors.h"
 #include "wire/wire.h"
 
@@ -34,8 +35,6 @@
 
 namespace lucerna {
 namespace {
-
-constexpr int kProtocolVersion = 1;
 
 // The private copy of the original stdout. fd 1 itself is pointed at stderr, so a
 // stray printf anywhere in the process (engine included) can never corrupt the
