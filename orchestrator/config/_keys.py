@@ -87,7 +87,10 @@ class ServerKeys:
 class ModelKeys:
     """One ``[[models]]`` table."""
 
-    NAME = Setting("name", str, 'name the model as clients will, e.g. name = "qwen3-8b"')
+    NAME = Setting("name", str, 'name the model as clients will, e.g. name = "qwen3-8b"',
+                   shown="gemma3-270m, smollm2-135m-instruct, or the file's stem",
+                   flag="--model-name", dest="model_name",
+                   help="name clients use in the `model` field")
     PATH = Setting(
         "path", str, 'point it at a GGUF model file (relative paths are relative to the '
         'config file), or write "default" for the embedded gemma3-270m ("default-chat": '
