@@ -164,3 +164,31 @@ def test_choices_name_the_unknown_value() -> None:
                 with pytest.raises(ConfigError, match=rf"\.{setting.key}: unknown "
                                                       rf"{setting.noun} 'nope'"):
                     parse_config(_table_with(table, setting.key, "nope"))
+
+
+def test_every_serve_flag_reaches_its_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.prefill import prefill_overrides
+    from orchestrator.prefill._flags import UPSTREAM_KEY_ENV
+
+    monkeypatch.setenv(UPSTREAM_KEY_ENV, "env-key")  # taken out of the environment
+
+    args = build_parser().parse_args([
+        "serve", "--model", "m.gguf", "--model-name", "m", "--host", "::1", "--port", "9",
+        "--max-body-bytes", "2048", "--keepalive-interval", "2.5", "--n-ctx", "512",
+        "--threads", "2", "--n-gpu-layers", "-1", "--max-output-tokens", "7",
+        "--shutdown-timeout", "3", "--queue-limit", "4", "--restart-max-failures", "6",
+        "--draft", "d.gguf", "--embeddings", "--cache-ram", "64", "--kv-cache-dir", "kv",
+        "--kv-cache-dir-mib", "128", "--prefill-compression", "always",
+        "--prefill-threshold", "10", "--prefill-keep", "0.2", "--prefill-drafter", "default",
+        "--prefill-n-ctx", "1024", "--no-prefill-park", "--prefill-upstream", "http://u/v1",
+        "--prefill-upstream-key", "k", "--prefill-upstream-model", "um"])
+    flags = Overrides.from_args(args, api_keys=None, prefill=prefill_overrides(args))
+    assert flags == Overrides(
+        host="::1", port=9, max_body_bytes=2048, keepalive_interval=2.5, model="m.gguf",
+        model_name="m", n_ctx=512, threads=2, n_gpu_layers=-1, max_output_tokens=7,
+        shutdown_timeout=3.0, queue_limit=4, restart_max_failures=6, draft="d.gguf",
+        embeddings="mean", cache_ram_mib=64, kv_cache_dir="kv", kv_cache_dir_mib=128,
+        prefill=PrefillOverrides(mode="always", threshold=10, keep=0.2, drafter="default",
+                                 n_ctx=1024, park_target=False, upstream="http://u/v1",
+                                 upstream_key="k", upstream_model="um",
+                                 upstream_key_env="env-key"))
