@@ -13,7 +13,8 @@ that one declaration come
 
 ``N_CTX``, ``THREADS`` and ``N_GPU_LAYERS`` are declared here because every command
 that starts a daemon (``serve``, ``niah``, ``bench``) and every daemon table
-(``[[models]]``, ``[models.prefill]``) takes them; ``BEARER_KEY`` because every command
+(``[[models]]``, ``[models.prefill]``) takes them, ``QUEUE_LIMIT`` because ``bench``
+passes it on to the ``serve`` it starts, and ``BEARER_KEY`` because every command
 that talks to a running Lucerna (``niah``, ``bench``) does. This module imports nothing of
 ours but the error type, so a command line may import it before anything heavy.
 """
@@ -34,6 +35,7 @@ __all__ = [
     "BEARER_KEY_ENV",
     "N_CTX",
     "N_GPU_LAYERS",
+    "QUEUE_LIMIT",
     "THREADS",
     "Setting",
     "SettingsTable",
@@ -94,6 +96,9 @@ N_GPU_LAYERS = Setting("n_gpu_layers", int,
                        "give the layers to offload (-1 or leave out: all that fit the build)",
                        shown="all that fit the build", low=-1, flag="--n-gpu-layers",
                        help="layers to offload on GPU builds, -1: all")
+QUEUE_LIMIT = Setting("queue_limit", int, "give how many requests may wait, e.g. 16",
+                      default=16, low=0, flag="--queue-limit",
+                      help="requests that may wait per model before new ones get 503")
 
 BEARER_KEY_ENV = "LUCERNA_API_KEY"
 BEARER_KEY = Setting("api_key", str, f"pass the server's API key, or set ${BEARER_KEY_ENV}",

@@ -21,7 +21,7 @@ from orchestrator.config import (
 from orchestrator.errors import ConfigError
 from orchestrator.prefill import PrefillOverrides, PrefillSettings
 from orchestrator.prefill._keys import PrefillKeys
-from orchestrator.settings import N_CTX, N_GPU_LAYERS, THREADS, Setting, check_flag
+from orchestrator.settings import N_CTX, N_GPU_LAYERS, QUEUE_LIMIT, THREADS, Setting, check_flag
 
 TABLES = {"server": ServerKeys, "models": ModelKeys, "restart": RestartKeys,
           "prefill": PrefillKeys}
@@ -192,3 +192,9 @@ def test_every_serve_flag_reaches_its_override(monkeypatch: pytest.MonkeyPatch) 
                                  n_ctx=1024, park_target=False, upstream="http://u/v1",
                                  upstream_key="k", upstream_model="um",
                                  upstream_key_env="env-key"))
+
+
+def test_bench_passes_the_serve_queue_limit_declaration_on() -> None:
+    for command in ("serve", "bench"):
+        action = options(subcommand(command))["--queue-limit"]
+        assert (action.dest, action.type) == (QUEUE_LIMIT.key, int), command
