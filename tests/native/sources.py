@@ -9,6 +9,7 @@ tests take their expectations from the document through them instead of a third 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,7 +215,7 @@ def native_commands() -> list[NativeCommand]:
 
 def native_capabilities(role: NativeRole) -> list[str]:
     """What the ready line lists for ``role``, derived from the table as the daemon does."""
-    served = {
+    served: dict[str, Callable[[], bool]] = {
         "EveryRole": lambda: True,
         "GeneratingRoles": lambda: role.generates,
         "Pflash": lambda: role.name == "pflash",
