@@ -60,7 +60,9 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def open_stream(client: httpx.Client, server: LucernaServer, body: dict) -> httpx.Response:  # type: ignore[type-arg]
+def open_stream(
+    client: httpx.Client, server: LucernaServer, body: dict[str, Any],
+) -> httpx.Response:
     request = client.build_request("POST", f"{server.base_url}/v1/completions",
                                    json={**body, "stream": True})
     return client.send(request, stream=True)
