@@ -34,7 +34,8 @@ def declared(keys: type) -> list[Setting]:
 def subcommand(name: str) -> argparse.ArgumentParser:
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return sub.choices[name]
+    chosen: argparse.ArgumentParser = sub.choices[name]
+    return chosen
 
 
 def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
