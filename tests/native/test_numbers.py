@@ -36,7 +36,9 @@ def test_integer_option_values_accepted(gemma: Any, value: str) -> None:
     assert gemma.ok(reply, "generate")["n_gen"] == "1", reply
 
 
-@pytest.mark.parametrize("value", ["+5", "5.0", "1e1", "0x10", "-", "-1", "99999999999999999999", ""])
+@pytest.mark.parametrize(
+    "value", ["+5", "5.0", "1e1", "0x10", "-", "-1", "99999999999999999999", ""]
+)
 def test_integer_option_values_refused(gemma: Any, value: str) -> None:
     _, reply = gemma.stream_command(f"generate ids:2,3 1 top_k={value}")
     assert gemma.err(reply) == "bad_args", reply
