@@ -184,9 +184,9 @@ class NativeRole:
 
 
 def native_roles() -> list[NativeRole]:
-    rows = re.findall(
-        r'\{"(\w+)", "([\w-]+)",\s*\{([^}]*)\},\s*(true|false)\}', native_source("daemon/roles.cpp")
-    )
+    text = native_source("daemon/roles.cpp")
+    rows = re.findall(r'\{"(\w+)", "([\w-]+)",\s*\{([^}]*)\},\s*(true|false)\}', text)
+    assert len(rows) == text.count("static const RoleInfo"), "a role row this reader cannot parse"
     return [NativeRole(n, e, tuple(re.findall(r'"(\w+)"', a)), g == "true") for n, e, a, g in rows]
 
 
@@ -207,6 +207,8 @@ def native_commands() -> list[NativeCommand]:
         r"\s*Served::k(\w+),\s*(kListed|kUnlisted),",
         native_source("commands/command_table.cpp"),
     )
+    handlers = native_source("commands/command_table.cpp").count("[](CommandCall & c)")
+    assert len(rows) == handlers, "a command row this reader cannot parse"
     return [
         NativeCommand(n, s == "kStream", w == "kNeedsWeights", r, v, listed == "kListed")
         for n, s, w, r, v, listed in rows
@@ -228,4 +230,7 @@ def native_flags() -> list[str]:
     text = native_source("daemon/args.cpp")
     table = text[text.index("const Flag kFlags[] = {") :]
     table = table[: table.index("\n};")]
-    return re.findall(r'\{"(--[\w-]+)"', table)
+    flags = re.findall(r'\{"(--[\w-]+)"', table)
+    setters = table.count("[](const std::string & flag")
+    assert len(flags) == setters, "a flag row this reader cannot parse"
+    return flags
