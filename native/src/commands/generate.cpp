@@ -20,8 +20,9 @@
 #include <limits>
 #include <vector>
 
+#include "commands/decode_speculative.h"
+#include "commands/emit.h"
 #include "commands/handlers.h"
-#include "engine/emit.h"
 #include "engine/grammar.h"
 #include "engine/prefix_reuse.h"
 #include "wire/constants.h"

@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "daemon/placement_flags.h"
 #include "wire/constants.h"
 #include "wire/errors.h"
 #include "wire/numbers.h"

@@ -4,8 +4,8 @@
 #include <cctype>
 #include <stdexcept>
 
-#include "daemon/log.h"
 #include "engine/gguf_probe.h"
+#include "engine/log.h"
 #include "ggml-backend.h"
 #include "wire/errors.h"
 // llama-ext.h (the engine's staging API) is the only way to ask which devices a loaded

@@ -10,7 +10,7 @@
 #include <new>
 #include <optional>
 
-#include "daemon/log.h"
+#include "engine/log.h"
 #include "wire/errors.h"
 #include "wire/numbers.h"
 

@@ -1,4 +1,4 @@
-#include "engine/emit.h"
+#include "commands/emit.h"
 
 #include <algorithm>
 #include <cmath>

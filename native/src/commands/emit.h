@@ -1,7 +1,7 @@
 // What happens to each token a generation picks (PROTOCOL.md 5.1), shared by the
-// autoregressive loop and the speculative one (engine/speculative.h), so both stop on the
-// same rules in the same order: grammar complete, end of generation, stop ids, n_gen,
-// cancel.
+// autoregressive loop and the speculative one (commands/decode_speculative.h), so both
+// stop on the same rules in the same order: grammar complete, end of generation, stop
+// ids, n_gen, cancel.
 #pragma once
 
 #include <cstdint>
