@@ -22,7 +22,7 @@ double ms_since(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & emitter, Batch & batch,
-                        SpecCounters & counters) {
+                        SpecCounters & counters, bool propose) {
     llama_context * ctx = session.engine.context.get();
     llama_memory_t memory = llama_get_memory(ctx);
     LiveSequence & live = session.live;
@@ -41,7 +41,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     while (true) {
         const llama_pos n = live.size();  // where `last` goes
         // A step commits at most k + 1 tokens; never propose past what may be written.
-        const int32_t k = std::max(0, std::min(block - 1, emitter.remaining() - 1));
+        const int32_t k = propose ? std::max(0, std::min(block - 1, emitter.remaining() - 1)) : 0;
         proposals.clear();
         if (k > 0 && draft != nullptr) {
             const auto t_draft = std::chrono::steady_clock::now();

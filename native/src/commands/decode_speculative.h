@@ -39,8 +39,11 @@ class TokenPicker;
 class Batch;
 
 // Decodes from the live sequence (prompt prefilled, its logits current) until the
-// emitter says stop, speculatively. Adds this request's counters to `counters`.
+// emitter says stop, speculatively. Adds this request's counters to `counters`. Without
+// `propose`, every step decodes the last token alone, as autoregressive decoding does
+// (no proposals, no verify steps counted), while the draft still ingests each committed
+// position so that its cache stays complete for the requests after.
 void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & emitter, Batch & batch,
-                        SpecCounters & counters);
+                        SpecCounters & counters, bool propose);
 
 }  // namespace lucerna

@@ -68,6 +68,16 @@ void TokenEmitter::logprob_record(llama_token token, const float * logits) {
     }
 }
 
+void TokenEmitter::emit_prompt(llama_token token, const float * logits) {
+    if (logits == nullptr) {
+        throw ProtocolError(ErrorCode::kDecodeFailed, "no logits to take a prompt token's log-probability from");
+    }
+    logprob_record(token, logits);
+    if (!session_.stream.write(record_)) {
+        throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
+    }
+}
+
 bool TokenEmitter::emit(std::optional<llama_token> picked, const float * logits) {
     if (!picked) {
         finish_ = Finish::kStop;  // the grammar is complete

@@ -32,6 +32,11 @@ public:
     // then finish() says why it stopped. Throws io_failed.
     bool emit(std::optional<llama_token> picked, const float * logits);
 
+    // prompt_logprobs: writes the record of prompt token `token` from the logits of the
+    // position before it (PROTOCOL.md 5.1). It is no output: n_out() does not count it.
+    // Throws io_failed.
+    void emit_prompt(llama_token token, const float * logits);
+
     // Ends the generation before any pick (a cancel that came during prefill).
     void cancel() { finish_ = Finish::kCancelled; }
     bool cancelled() const { return cancelled_(); }

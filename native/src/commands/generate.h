@@ -32,6 +32,11 @@ struct GenerateRequest {
     // logprobs=K: after each written token, its log-probability and the K most likely
     // alternatives (PROTOCOL.md 5.1); -1: off, the stream carries bare ids.
     int32_t logprobs = -1;
+    // prompt_logprobs=1 (`generate` only, needs logprobs=K): the prefill computes logits
+    // for every prompt position and writes one record per prompt token after the first,
+    // before the generated tokens' (PROTOCOL.md 5.1); it starts from an empty sequence,
+    // since held state has no logits for the positions it covers. n_gen may then be 0.
+    bool prompt_logprobs = false;
 };
 
 // Parses `<ids> <n_gen> [options]` given as words. Validation order: option values,
