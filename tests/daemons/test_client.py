@@ -131,6 +131,30 @@ async def test_logprobs_come_with_their_tokens(native: NativeBuild, default_mode
             assert await stream.collect() == plain
 
 
+async def test_prompt_logprobs_come_before_the_generated_tokens(
+    native: NativeBuild, default_model: Path
+) -> None:
+    async with open_daemon(launch(native, default_model)) as daemon:
+        prompt = await daemon.tokenize("The capital of France is the city of")
+        async with daemon.generate(prompt, 0, logprobs=2, prompt_logprobs=True) as stream:
+            scored = await stream.read_prompt_logprobs()
+            assert await stream.collect() == []
+        assert [r.token for r in scored] == prompt[1:] and all(len(r.top) == 2 for r in scored)
+        assert stream.summary is not None and stream.summary.n_gen == 0
+        async with daemon.generate(prompt, 4, logprobs=2) as stream:
+            plain = await stream.collect()
+        # Iterating alone sets the prompt's records aside: the tokens are the generated ones.
+        async with daemon.generate(prompt, 4, logprobs=2, prompt_logprobs=True) as stream:
+            assert await stream.collect() == plain
+        assert stream.prompt_logprobs == scored
+        # Left after the prompt's records: cancel drains the rest, and the next is clean.
+        async with daemon.generate(prompt, 200, ignore_eos=True, logprobs=1,
+                                   prompt_logprobs=True) as stream:
+            assert len(await stream.read_prompt_logprobs()) == len(prompt) - 1
+        async with daemon.generate(prompt, 4) as stream:
+            assert await stream.collect() == plain
+
+
 async def test_embed_rows_per_input(native: NativeBuild, default_model: Path) -> None:
     async with open_daemon(launch(native, default_model)) as daemon:
         a, b = await daemon.tokenize("a red apple"), await daemon.tokenize("the stock market")
