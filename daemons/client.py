@@ -101,6 +101,10 @@ class DecodeOptions(TypedDict, total=False):
     logprobs: int | None
     """``K`` in ``0..20``: each token comes with its log-probability and the ``K`` most
     likely alternatives' (``GenerationStream.logprobs``, PROTOCOL.md 5.1)."""
+    prompt_logprobs: bool
+    """``generate`` only, with ``logprobs``: every prompt token after the first gets its
+    record too (``GenerationStream.read_prompt_logprobs``); the prefill then reuses no
+    held state, and ``n_gen`` may be 0."""
 
 
 class DaemonClient:
@@ -238,7 +242,7 @@ class DaemonClient:
     ) -> AsyncIterator[GenerationStream]:
         """The one path of ``generate`` and ``restore``: send, stream, always end clean."""
         command = self._decode_command(slot, prompt, n_gen, options)
-        async with open_generation(self._channel, command) as stream:
+        async with open_generation(self._channel, command, len(prompt)) as stream:
             yield stream
 
     def _decode_command(self, slot: int | None, prompt: Sequence[int], n_gen: int,
@@ -248,7 +252,8 @@ class DaemonClient:
         json_schema = options.get("json_schema")
         build: Callable[..., Generate | Restore] = (
             functools.partial(Generate, reuse=options.get("reuse", True),
-                              marks=tuple(options.get("marks", ())))
+                              marks=tuple(options.get("marks", ())),
+                              prompt_logprobs=options.get("prompt_logprobs", False))
             if slot is None else functools.partial(Restore, slot))
         return build(
             self._ids_ref(prompt),

@@ -39,7 +39,8 @@ _CANCEL_DRAIN_S = 30.0
 class GenerationStream:
     """Tokens of one ``generate`` or ``restore`` as they arrive; ``summary`` once finished."""
 
-    def __init__(self, channel: CommandChannel, command: Generate | Restore) -> None:
+    def __init__(self, channel: CommandChannel, command: Generate | Restore,
+                 n_prompt: int = 0) -> None:
         self._channel = channel
         self._reply_to = command.name
         # A generation that asked for logprobs streams records, whose ids go where
@@ -49,12 +50,25 @@ class GenerationStream:
                                 else LogprobStreamReader(command.logprobs))
         self._pending: deque[int] = deque()
         self._records: deque[TokenLogprobs] = deque()
+        # With prompt_logprobs the first n_prompt - 1 records are the prompt's.
+        scoring = isinstance(command, Generate) and command.prompt_logprobs
+        self._prompt_wanted = max(0, n_prompt - 1) if scoring else 0
+        self.prompt_logprobs: list[TokenLogprobs] = []
+        """The prompt tokens' records (every prompt token after the first), once
+        ``read_prompt_logprobs`` returned; fewer when the generation was cancelled."""
         self.done = False
         """The reply has been read: the daemon is ready for the next command."""
         self.summary: GenerateSummary | None = None
         self.logprobs: TokenLogprobs | None = None
         """The record of the token the last ``__anext__`` returned, when the generation
         asked for logprobs; None otherwise."""
+
+    async def read_prompt_logprobs(self) -> list[TokenLogprobs]:
+        """Read up to the prompt tokens' records (``prompt_logprobs``), which come before
+        any generated token; empty for a generation that did not ask for them."""
+        while len(self.prompt_logprobs) < self._prompt_wanted and not self._stream_finished:
+            await self._receive()
+        return self.prompt_logprobs
 
     def __aiter__(self) -> GenerationStream:
         return self
@@ -87,6 +101,10 @@ class GenerationStream:
             self._pending.extend(self._ids.feed(data))
             return
         records = self._records_reader.feed(data)
+        if len(self.prompt_logprobs) < self._prompt_wanted:
+            split = self._prompt_wanted - len(self.prompt_logprobs)
+            self.prompt_logprobs += records[:split]
+            records = records[split:]
         self._records.extend(records)
         self._pending.extend(record.token for record in records)
 
@@ -127,13 +145,17 @@ class GenerationStream:
 
 @asynccontextmanager
 async def open_generation(
-    channel: CommandChannel, command: Generate | Restore
+    channel: CommandChannel, command: Generate | Restore, n_prompt: int = 0
 ) -> AsyncIterator[GenerationStream]:
-    """Send ``command``, yield its stream; on leaving early, cancel and drain it."""
+    """Send ``command``, yield its stream; on leaving early, cancel and drain it.
+
+    ``n_prompt`` is the prompt's length, which a ``prompt_logprobs`` stream needs to
+    tell the prompt's records from the generated tokens' (the command may name a file).
+    """
     channel.check_served(command)
     async with channel.lock:
         await channel.daemon.send(command.encode())
-        stream = GenerationStream(channel, command)
+        stream = GenerationStream(channel, command, n_prompt)
         try:
             yield stream
         finally:

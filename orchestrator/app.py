@@ -29,11 +29,11 @@ from orchestrator.api._dialect import (
     as_request_error,
     errors_for,
 )
+from orchestrator.api.metrics import Metrics, MetricsMiddleware
+from orchestrator.api.security import APIKeyMiddleware
 from orchestrator.config import ServerSettings
 from orchestrator.errors import BadRequestError, RequestError
-from orchestrator.metrics import Metrics, MetricsMiddleware
 from orchestrator.models import ModelRegistry
-from orchestrator.security import APIKeyMiddleware
 from orchestrator.supervisor import DaemonState, Supervisor
 
 __all__ = ["build_app"]

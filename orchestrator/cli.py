@@ -38,6 +38,7 @@ from orchestrator.clients import CLIENTS, ensure_client
 from orchestrator.clients.cli import add_clients_parser
 from orchestrator.config import (
     Overrides,
+    ServerKeys,
     add_serve_arguments,
     apply_overrides,
     build_models,
@@ -116,7 +117,8 @@ def _api_keys_from_flags(args: argparse.Namespace) -> tuple[str, ...] | None:
     if args.api_key_file:
         return read_api_key_file(
             Path(args.api_key_file).expanduser(),
-            lambda problem, fix: ConfigError(f"--api-key-file: {problem}. Fix: {fix}."))
+            lambda problem, fix: ConfigError(f"{ServerKeys.API_KEY_FILE.flag}: {problem}. "
+                                             f"Fix: {fix}."))
     return (env_key,) if env_key else None
 
 

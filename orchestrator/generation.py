@@ -1,10 +1,13 @@
 """The one generation core every API dialect shares.
 
 A dialect turns its request into a ``GenerationRequest`` and the events of
-``generate_events`` back into its wire shape; everything between (the model's
-queue, disconnect watching, prompt tokenization, context checks, the daemon's
-``generate``, detokenization, stop strings, tool-call extraction, usage, and
-recovery from a daemon crash) happens here once.
+``generate_events`` back into its wire shape (the vocabulary is
+orchestrator/events.py); everything between (prompt tokenization, PFlash, context
+checks, the daemon's ``generate``, detokenization, stop strings, tool-call
+extraction, usage, and recovery from a daemon crash) happens here once. The core
+takes plain values and yields events: it knows no HTTP. The model's queue,
+disconnect watching, keep-alives and the response are the API's
+(orchestrator/api/_generation.py).
 
 Recovery: when the daemon dies mid-request the supervisor restarts it; the request
 then continues on the new daemon by prefilling the prompt plus every token it had
@@ -18,171 +21,47 @@ daemon cannot crash-loop it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import trio
-from starlette.requests import Request
-from starlette.responses import Response
+from dataclasses import dataclass
+from typing import Any
 
 from daemons.errors import DaemonDiedError, DaemonReplyError
-from orchestrator.api._http import EventStreamResponse
 from orchestrator.chat_template import message_boundaries
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
-from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S, KeepAlive, KeepAliveEvents
+from orchestrator.events import (
+    Event,
+    Finished,
+    GenerationRequest,
+    ReasoningDelta,
+    Speculation,
+    TextDelta,
+    TokenLogprob,
+    ToolCall,
+)
 from orchestrator.models import ServedModel
-from orchestrator.reasoning import ReasoningPlan, ReasoningSplitter
-from orchestrator.scheduler import watch_disconnect
+from orchestrator.reasoning import ReasoningSplitter
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
-from protocol import GenerateSummary, PieceTable, SamplingParams, TokenLogprobs
+from protocol import GenerateSummary, PieceTable, TokenLogprobs
 
 __all__ = [
     "MAX_RECOVERIES",
     "ChatPrompt",
-    "Conversation",
-    "Event",
-    "Finished",
-    "GenerationRequest",
-    "OutputParser",
-    "ReasoningDelta",
-    "Speculation",
-    "TextDelta",
-    "TokenLogprob",
-    "ToolCall",
     "cap_ends_turn",
     "chat_prompt",
     "completion_budget",
     "generate_events",
+    "prepare_generation",
     "prompt_ids",
-    "run_generation",
+    "tokenize_text",
 ]
 
 log = logging.getLogger("lucerna.generation")
 
 MAX_RECOVERIES = 1
 RESTART_WAIT_S = 120.0
-
-
-@dataclass(frozen=True)
-class TextDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    """Text of the model's reasoning block (orchestrator/reasoning.py), tags removed."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # a JSON object, as text
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """One generated token's log-probability and its most likely alternatives'
-    (PROTOCOL.md 5.1), yielded before the text that token makes, only for a request
-    that asked for them (``GenerationRequest.logprobs``). Tokens are their piece bytes
-    as the model renders them; the dialects shape them as OpenAI does."""
-
-    token: bytes
-    logprob: float
-    top: tuple[tuple[bytes, float], ...]
-
-
-@dataclass(frozen=True)
-class Speculation:
-    """Speculative decoding's counts for one generation (PROTOCOL.md 5.9)."""
-
-    draft_steps: int
-    """Verify steps that carried proposals."""
-    proposed: int
-    accepted: int
-
-    @property
-    def acceptance_length(self) -> float:
-        """Mean tokens committed per verify step (accepted proposals plus one)."""
-        return 1.0 + self.accepted / self.draft_steps if self.draft_steps else 0.0
-
-
-@dataclass(frozen=True)
-class Finished:
-    finish_reason: str  # "stop" | "length" | "tool_calls"
-    prompt_tokens: int
-    completion_tokens: int
-    prefill_ms: float
-    decode_ms: float
-    recoveries: int = 0
-    stop_string: str | None = None  # the request's stop string that ended it, if one did
-    # Prompt tokens PFlash compressed away before the prefill (prompt_tokens counts
-    # what was prefilled); 0 when the prompt was not compressed (orchestrator/prefill).
-    compressed_tokens: int = 0
-    # Set when the daemon decoded speculatively (a draft is configured); summed over a
-    # recovery's daemons would mislead, so it is the last daemon's reply.
-    speculative: Speculation | None = None
-    # The server's output cap ended it; reported as a stop (see ``cap_ends_turn``).
-    capped: bool = False
-    # Prompt tokens whose state came from the prefix cache instead of a prefill
-    # (orchestrator/prefix_cache.py); reported as the dialects' cached-token fields.
-    cached_tokens: int = 0
-    # Generated tokens inside the reasoning block (part of completion_tokens).
-    reasoning_tokens: int = 0
-
-
-Event = TextDelta | ReasoningDelta | ToolCall | TokenLogprob | Finished
-
-
-class OutputParser(Protocol):
-    """Turns the visible text of a generation into text and tool calls."""
-
-    def feed(self, text: str) -> list[TextDelta | ToolCall]: ...
-
-    def finish(self) -> list[TextDelta | ToolCall]: ...
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """The chat a prompt was rendered from: what PFlash compresses and proxy mode
-    forwards (orchestrator/prefill). Messages in the shape the dialects hand to
-    ``prompt_ids``; ``tools`` as the chat template gets them."""
-
-    messages: tuple[Mapping[str, Any], ...]
-    tools: tuple[Mapping[str, Any], ...] | None = None
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    prompt: list[int]
-    max_tokens: int | None
-    sampling: SamplingParams | None = None
-    stop_strings: tuple[str, ...] = ()
-    grammar: str | None = None  # GBNF that constrains every sampled token
-    # A JSON schema (as JSON text) the output must satisfy; the daemon turns it into a
-    # grammar with the engine's own converter. Exclusive with ``grammar``.
-    json_schema: str | None = None
-    parser_factory: Callable[[], OutputParser] | None = field(default=None, compare=False)
-    # False for raw prompts (legacy completions): no chat template, so none of its stops.
-    template_stops: bool = True
-    # Set by the chat dialects; None for raw prompts, which PFlash leaves alone.
-    conversation: Conversation | None = field(default=None, compare=False)
-    # Prompt tokens PFlash removed from ``prompt`` (orchestrator/prefill); reported in usage.
-    compressed_tokens: int = 0
-    # Positions in ``prompt`` the prefill splits at and the prefix cache keeps state at:
-    # the end of the system part (``chat_prompt``), or of a compressed prompt.
-    marks: tuple[int, ...] = ()
-    # K: yield a TokenLogprob with the K most likely alternatives before each token's
-    # text (0: the chosen token's alone); None: none.
-    logprobs: int | None = None
-    # A thinking model's reasoning block and budget (orchestrator/reasoning.py); None:
-    # all output is answer.
-    reasoning: ReasoningPlan | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -314,6 +193,19 @@ def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
     return model.output_cap <= wanted and model.output_cap < room
 
 
+async def prepare_generation(model: ServedModel, generation: GenerationRequest,
+                             headers: Mapping[str, str]) -> GenerationRequest:
+    """``generation`` as it will run: compressed by PFlash when the model has it
+    (orchestrator/prefill; ``headers`` may steer it), then checked against the context,
+    which raises the 400s a request can earn. Call it in the request's turn: the
+    compression may park the target model."""
+    if model.prefill is not None:
+        generation = await model.prefill.apply(
+            generation, headers, target=model, tokenize=functools.partial(prompt_ids, model))
+    completion_budget(model, generation)
+    return generation
+
+
 async def generate_events(
     model: ServedModel, request: GenerationRequest, on_started: Callable[[], None] = lambda: None
 ) -> AsyncGenerator[Event, None]:
@@ -331,7 +223,7 @@ async def generate_events(
                                   "(PFlash proxy mode), which gives no logprobs",
                                   param="logprobs")
         on_started()
-        async with aclosing(model.prefill.upstream_events(model, request)) as upstream:
+        async with aclosing(model.prefill.upstream_events(request)) as upstream:
             async for event in upstream:
                 model.observe(event)
                 yield event
@@ -489,48 +381,3 @@ def _speculation(summary: GenerateSummary | None) -> Speculation | None:
         return None
     return Speculation(draft_steps=summary.draft_steps, proposed=summary.draft_proposed or 0,
                        accepted=summary.draft_accepted or 0)
-
-
-async def run_generation(
-    request: Request,
-    model: ServedModel,
-    build: Callable[[], Awaitable[GenerationRequest]],
-    *,
-    stream: bool,
-    to_sse: Callable[[GenerationRequest, AsyncIterator[Event | KeepAlive]],
-                     AsyncIterator[bytes]],
-    to_response: Callable[[GenerationRequest, list[Event]], Response],
-) -> Response:
-    """Serve one generation in the model's queue, streaming or not.
-
-    ``build`` runs once this request's turn has come (it may tokenize on the
-    daemon); errors it raises reach the client as plain HTTP errors, before any
-    SSE header. ``to_sse`` must consume its events inside ``aclosing``; between
-    them it gets a ``KeepAlive`` whenever the server's keep-alive interval passed
-    without one (orchestrator/keepalive.py).
-    """
-    ticket = model.queue.admit(model.name)
-    handed_over = False
-    try:
-        async with watch_disconnect(request.receive):
-            await ticket.wait_turn()
-            generation = await build()
-            if model.prefill is not None:
-                # PFlash (orchestrator/prefill): a long prompt is compressed here, in this
-                # request's turn (it may park the target), before the context check.
-                generation = await model.prefill.apply(model, generation, request.headers)
-            completion_budget(model, generation)
-            if not stream:
-                async with aclosing(generate_events(model, generation)) as events:
-                    collected = [event async for event in events]
-                return to_response(generation, collected)
-        handed_over = True
-        app_state = getattr(request.scope.get("app"), "state", None)
-        interval = getattr(app_state, "keepalive_interval_s", DEFAULT_KEEPALIVE_INTERVAL_S)
-        started = trio.Event()
-        pump = KeepAliveEvents(generate_events(model, generation, started.set), interval)
-        return EventStreamResponse(to_sse(generation, pump.events()), on_close=ticket.release,
-                                   pump=pump, headers_after=started)
-    finally:
-        if not handed_over:
-            ticket.release()

@@ -11,23 +11,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from daemons.client import DaemonClient
 from daemons.gguf_info import GGUFInfo
 from daemons.roles import DaemonLaunch
 from orchestrator.chat_template import ChatTemplate
 from orchestrator.errors import ModelNotFoundError, ServiceUnavailableError
+from orchestrator.events import Event
+from orchestrator.prefill import PrefillCompressor
+from orchestrator.prefix_cache import PrefixCache
 from orchestrator.reasoning import ReasoningControl
 from orchestrator.residency import Residence, Residency
 from orchestrator.scheduler import RequestQueue
 from orchestrator.supervisor import RestartPolicy, Supervisor
 from protocol import PieceTable
-
-if TYPE_CHECKING:
-    from orchestrator.generation import Event
-    from orchestrator.prefill import PrefillCompressor
-    from orchestrator.prefix_cache import PrefixCache
 
 __all__ = ["OUTPUT_CAP_CONTEXT_SHARE", "ModelRegistry", "ServedModel"]
 

@@ -31,18 +31,17 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from daemons.errors import DaemonsError
+from daemons.gguf_info import GGUFInfo
 from orchestrator.errors import ModelBusyError, ServiceUnavailableError
-from orchestrator.supervisor import DaemonState
+from orchestrator.scheduler import RequestQueue
+from orchestrator.supervisor import DaemonState, Supervisor
 
-if TYPE_CHECKING:
-    from orchestrator.models import ServedModel
-
-__all__ = ["Residence", "Residency"]
+__all__ = ["Residence", "Residency", "Resident"]
 
 log = logging.getLogger("lucerna.residency")
 
@@ -76,10 +75,33 @@ class Residence:
     last_wake_s: float | None = None
 
 
+class Resident(Protocol):
+    """A model as ``Residency`` acts on it: an ``orchestrator.models.ServedModel``. Named
+    by what it offers rather than imported, because the model holds its ``Residency``
+    (``ServedModel.wake``) and the two modules would import each other."""
+
+    residency: Residency | None
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def info(self) -> GGUFInfo: ...
+
+    @property
+    def supervisor(self) -> Supervisor: ...
+
+    @property
+    def queue(self) -> RequestQueue: ...
+
+    @property
+    def residence(self) -> Residence: ...
+
+
 class Residency:
     """Wakes, parks and stops the models of one server (see the module docstring)."""
 
-    def __init__(self, models: Sequence[ServedModel],
+    def __init__(self, models: Sequence[Resident],
                  group_memory_mib: Mapping[str, int] | None = None) -> None:
         self.models = list(models)
         self.budgets = {group: mib * MIB for group, mib in (group_memory_mib or {}).items()}
@@ -91,7 +113,7 @@ class Residency:
     # --- states ----------------------------------------------------------------------
 
     @staticmethod
-    def state(model: ServedModel) -> str:
+    def state(model: Resident) -> str:
         """``unloaded``, ``starting``, ``ready``, ``parked``, ``restarting``, ``failed``
         or ``stopped``."""
         state = model.supervisor.state
@@ -100,13 +122,13 @@ class Residency:
         return state.value
 
     @staticmethod
-    def is_awake(model: ServedModel) -> bool:
+    def is_awake(model: Resident) -> bool:
         """Holds (or is about to hold) its weights in memory."""
         return (model.supervisor.state in (DaemonState.STARTING, DaemonState.READY,
                                            DaemonState.RESTARTING)
                 and not model.residence.parked)
 
-    def status(self, model: ServedModel) -> dict[str, Any]:
+    def status(self, model: Resident) -> dict[str, Any]:
         r = model.residence
         return {
             "state": self.state(model),
@@ -125,12 +147,12 @@ class Residency:
         }
 
     @staticmethod
-    def _last_used(model: ServedModel) -> float:
+    def _last_used(model: Resident) -> float:
         return max(model.residence.last_used, model.queue.idle_since)
 
     # --- wake ------------------------------------------------------------------------
 
-    async def wake(self, model: ServedModel) -> None:
+    async def wake(self, model: Resident) -> None:
         """Make ``model`` ready to generate: start or unpark it (room made first)."""
         r = model.residence
         async with r.lock:
@@ -164,14 +186,14 @@ class Residency:
             except (DaemonsError, ValueError) as exc:
                 log.warning("model %s: no memory figure from stats: %s", model.name, exc)
 
-    def _woke(self, model: ServedModel, kind: str, seconds: float) -> None:
+    def _woke(self, model: Resident, kind: str, seconds: float) -> None:
         r = model.residence
         r.wakes[kind] += 1
         r.wake_seconds[kind] = r.wake_seconds.get(kind, 0.0) + seconds
         r.last_wake_s = seconds
         log.info("model %s: woke (%s) in %.3f s", model.name, kind, seconds)
 
-    async def _make_room(self, model: ServedModel) -> None:
+    async def _make_room(self, model: Resident) -> None:
         group = model.residence.group
         budget = self.budgets.get(group)
         if budget is None:
@@ -202,7 +224,7 @@ class Residency:
 
     # --- park and stop ---------------------------------------------------------------
 
-    async def park(self, model: ServedModel, reason: str) -> bool:
+    async def park(self, model: Resident, reason: str) -> bool:
         """Release its weights, keep its process and caches; False if it was not awake."""
         r = model.residence
         async with r.lock:
@@ -221,7 +243,7 @@ class Residency:
             self._parked(model, "park", reason, time.monotonic() - started)
             return True
 
-    async def stop(self, model: ServedModel, reason: str) -> bool:
+    async def stop(self, model: Resident, reason: str) -> bool:
         """Stop its daemon (its snapshots go with it); False if it was not running."""
         r = model.residence
         async with r.lock:
@@ -236,7 +258,7 @@ class Residency:
             self._parked(model, "stop", reason, time.monotonic() - started)
             return True
 
-    async def unload(self, model: ServedModel, action: str, reason: str = "request") -> bool:
+    async def unload(self, model: Resident, action: str, reason: str = "request") -> bool:
         """``POST /models/{name}/unload``: park or stop, refused while it serves."""
         if model.queue.busy:
             raise ModelBusyError(f"model {model.name!r} is serving {model.queue.running} "
@@ -246,7 +268,7 @@ class Residency:
             return await self.park(model, reason)
         return await self.stop(model, reason)
 
-    def _parked(self, model: ServedModel, kind: str, reason: str, seconds: float) -> None:
+    def _parked(self, model: Resident, kind: str, reason: str, seconds: float) -> None:
         r = model.residence
         r.parks[(kind, reason)] += 1
         r.park_seconds[kind] = r.park_seconds.get(kind, 0.0) + seconds

@@ -12,23 +12,20 @@ semaphore and not a lock: trio's ``Semaphore`` wakes waiters in FIFO order and h
 no owner. A turn begins with the queue's ``on_turn`` (models on demand wake the
 model there), and "idle" (``busy``, ``idle_since``) is what they park by.
 
-``watch_disconnect`` cancels the request's work when the client goes away while
-it waits or while a non-streaming generation runs; streaming responses are watched
-by the response itself.
+Waiting for a turn is cancelled when the client goes away: that is the HTTP side's
+(``watch_disconnect`` in orchestrator/api/_http.py), which this module knows nothing of.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 
 import trio
-from starlette.types import Receive
 
-from orchestrator.errors import ClientGoneError, QueueFullError
+from orchestrator.errors import QueueFullError
 
-__all__ = ["RequestQueue", "Ticket", "watch_disconnect"]
+__all__ = ["RequestQueue", "Ticket"]
 
 
 class Ticket:
@@ -109,38 +106,3 @@ class RequestQueue:
             )
         self.waiting += 1
         return Ticket(self)
-
-
-@asynccontextmanager
-async def watch_disconnect(receive: Receive) -> AsyncIterator[None]:
-    """Run the block; if the client disconnects meanwhile, cancel it and raise ClientGoneError.
-
-    Only for use after the request body has been read in full: from then on the
-    only message ASGI can deliver is ``http.disconnect``.
-    """
-    gone = False
-    failure: BaseException | None = None
-    async with trio.open_nursery() as nursery:
-
-        async def listen() -> None:
-            nonlocal gone
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    gone = True
-                    nursery.cancel_scope.cancel()
-                    return
-
-        nursery.start_soon(listen)
-        # The block's own exceptions are re-raised after the nursery, unwrapped; a
-        # Cancelled that came from our cancel (the client left) becomes ClientGoneError.
-        try:
-            yield
-        except BaseException as exc:
-            failure = exc
-        finally:
-            nursery.cancel_scope.cancel()
-    if gone:
-        raise ClientGoneError("the client disconnected")
-    if failure is not None:
-        raise failure

@@ -13,7 +13,8 @@ that one declaration come
 
 ``N_CTX``, ``THREADS`` and ``N_GPU_LAYERS`` are declared here because every command
 that starts a daemon (``serve``, ``niah``, ``bench``) and every daemon table
-(``[[models]]``, ``[models.prefill]``) takes them; ``BEARER_KEY`` because every command
+(``[[models]]``, ``[models.prefill]``) takes them, ``QUEUE_LIMIT`` because ``bench``
+passes it on to the ``serve`` it starts, and ``BEARER_KEY`` because every command
 that talks to a running Lucerna (``niah``, ``bench``) does. This module imports nothing of
 ours but the error type, so a command line may import it before anything heavy.
 """
@@ -36,6 +37,7 @@ __all__ = [
     "N_CTX",
     "N_GPU_LAYERS",
     "PARALLEL",
+    "QUEUE_LIMIT",
     "THREADS",
     "Setting",
     "SettingsTable",
@@ -53,7 +55,8 @@ class Setting:
     key: str
     """The TOML key (also the ``Overrides`` field a flag fills, unless ``dest`` says)."""
     kind: type
-    """``int``, ``float``, ``str``, ``list`` (of non-empty strings) or ``dict`` (a table)."""
+    """``int``, ``float``, ``str``, ``bool``, ``list`` (of non-empty strings) or ``dict``
+    (a table)."""
     fix: str
     """What a wrong value's message tells the user to do."""
     default: Any = None
@@ -100,6 +103,9 @@ PARALLEL = Setting(
     "a time)", default=1, low=1, high=MAX_PARALLEL, flag="--parallel",
     help="requests per model that generate at once (continuous batching in one daemon, each "
     "with n_ctx / parallel tokens of context); the rest queue")
+QUEUE_LIMIT = Setting("queue_limit", int, "give how many requests may wait, e.g. 16",
+                      default=16, low=0, flag="--queue-limit",
+                      help="requests that may wait per model before new ones get 503")
 
 BEARER_KEY_ENV = "LUCERNA_API_KEY"
 BEARER_KEY = Setting("api_key", str, f"pass the server's API key, or set ${BEARER_KEY_ENV}",
@@ -108,14 +114,16 @@ BEARER_KEY = Setting("api_key", str, f"pass the server's API key, or set ${BEARE
 
 
 def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, setting: Setting, *,
-             default: Any = None, help: str | None = None, shown: str | None = None,
-             **extra: Any) -> None:
-    """Add ``setting``'s flag; its help ends with the default, ``shown`` or declared.
+             flag: str | None = None, default: Any = None, help: str | None = None,
+             shown: str | None = None, **extra: Any) -> None:
+    """Add ``setting``'s flag (or ``flag``, for a key that is a flag of one command only);
+    its help ends with the default, ``shown`` or declared.
 
     ``default`` is argparse's, None by default: a flag that was not given leaves the
     config file's value (or the declared default) alone.
     """
-    assert setting.flag is not None, f"{setting.key} has no flag"
+    name = flag or setting.flag
+    assert name is not None, f"{setting.key} has no flag"
     options: dict[str, Any] = {"default": default, "help": setting.flag_help(shown, help)}
     if setting.kind in (int, float):
         options["type"] = setting.kind
@@ -124,7 +132,7 @@ def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, setting:
     options["dest"] = setting.dest or setting.key
     if setting.metavar is not None:
         options["metavar"] = setting.metavar
-    parser.add_argument(setting.flag, **(options | extra))
+    parser.add_argument(name, **(options | extra))
 
 
 def check_flag(setting: Setting, value: float | None) -> None:
@@ -182,6 +190,10 @@ class SettingsTable:
         self._read.add(key)
         return self.data.get(key)
 
+    def has(self, setting: Setting) -> bool:
+        """Whether the table sets ``setting`` (``read`` gives its default when not)."""
+        return self.get(setting.key) is not None
+
     def read(self, setting: Setting, *, required: bool = False) -> Any:
         """The value of ``setting``'s key, checked as declared; absent: its default."""
         kind, key, fix = setting.kind, setting.key, setting.fix
@@ -189,7 +201,11 @@ class SettingsTable:
             value: Any = self.integer(key, int(setting.low or 0), fix, high=(
                 None if setting.high is None else int(setting.high)))
         elif kind is float:
-            value = self.number(key, setting.low or 0, fix)
+            value = self.number(key, setting.low or 0, fix, high=setting.high)
+        elif kind is bool:
+            value = self.get(key)
+            if value is not None and not isinstance(value, bool):
+                raise self.error(key, f"expected true or false, got {value!r}", fix)
         elif kind is list:
             value = self.strings(key, fix)
         elif kind is dict:
@@ -228,12 +244,15 @@ class SettingsTable:
             raise self.error(key, f"expected an integer {bound}, got {value!r}", fix)
         return value
 
-    def number(self, key: str, low: float, fix: str) -> float | None:
+    def number(self, key: str, low: float, fix: str, *,
+               high: float | None = None) -> float | None:
         value = self.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
-            raise self.error(key, f"expected a number >= {low:g}, got {value!r}", fix)
+        bound = f">= {low:g}" if high is None else f"in [{low:g}, {high:g}]"
+        if (isinstance(value, bool) or not isinstance(value, int | float) or not value >= low
+                or (high is not None and value > high)):
+            raise self.error(key, f"expected a number {bound}, got {value!r}", fix)
         return float(value)
 
     def strings(self, key: str, fix: str) -> tuple[str, ...] | None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.errors import BadRequestError
-from orchestrator.generation import OutputParser, TextDelta, ToolCall
+from orchestrator.events import OutputParser, TextDelta, ToolCall
 
 __all__ = [
     "CALL_CLOSE",

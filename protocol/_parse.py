@@ -239,13 +239,18 @@ def _snap_option(raw: str, prompt: InlineIds | TokenFile) -> tuple[int, int]:
 
 
 def _parse_generate(parsed: CommandLine) -> Generate:
-    _expect(parsed, f"generate <ids> <n_gen> {_DECODING_USAGE} [reuse=0|1] [marks=L,...]", 2,
-            _DECODING_KEYS | {"reuse", "marks"})
+    _expect(parsed, f"generate <ids> <n_gen> {_DECODING_USAGE} [reuse=0|1] [marks=L,...]"
+            " [prompt_logprobs=0|1]", 2, _DECODING_KEYS | {"reuse", "marks", "prompt_logprobs"})
     prompt = _prompt_word(parsed, parsed.args[0])
-    n_gen = _int_word("n_gen", parsed.args[1], 1)
+    decoding = _decoding(parsed, prompt)
+    prompt_logprobs = _parse_bool(parsed.options, "prompt_logprobs", default=False)
+    if prompt_logprobs and decoding["logprobs"] is None:
+        raise _Refusal(ErrorCode.BAD_ARGS, "prompt_logprobs=1 needs logprobs=K")
+    n_gen = _int_word("n_gen", parsed.args[1], 0 if prompt_logprobs else 1)
     marks = parse_id_list(parsed.options["marks"], "marks") if "marks" in parsed.options else ()
-    return Generate(prompt, n_gen, **_decoding(parsed, prompt),
-                    reuse=_parse_bool(parsed.options, "reuse", default=True), marks=marks)
+    return Generate(prompt, n_gen, **decoding,
+                    reuse=_parse_bool(parsed.options, "reuse", default=True), marks=marks,
+                    prompt_logprobs=prompt_logprobs)
 
 
 def _parse_restore(parsed: CommandLine) -> Restore:

@@ -92,8 +92,16 @@ class Generate(_Decoding):
     sampling: SamplingParams | None = None
     reuse: bool = field(default=True, kw_only=True)
     marks: tuple[int, ...] = field(default=(), kw_only=True)
+    prompt_logprobs: bool = field(default=False, kw_only=True)
+    """With ``logprobs=K``: the stream starts with one record per prompt token after the
+    first (its log-probability given the tokens before it), then the generated tokens'
+    records; the prefill starts from an empty sequence, and ``n_gen`` may be 0."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_logprobs",
+                           as_bool("prompt_logprobs", self.prompt_logprobs))
+        if self.prompt_logprobs and self.logprobs is None:
+            raise ValueError("prompt_logprobs needs logprobs=K (the alternatives per record)")
         _check_decoding(self)
         object.__setattr__(self, "reuse", as_bool("reuse", self.reuse))
         object.__setattr__(self, "marks", check_marks(self.marks, self.prompt))
@@ -107,6 +115,8 @@ class Generate(_Decoding):
             options["reuse"] = "0"
         if self.marks:
             options["marks"] = ",".join(map(str, self.marks))
+        if self.prompt_logprobs:
+            options["prompt_logprobs"] = "1"
         return options
 
 
@@ -143,7 +153,9 @@ def _check_decoding(command: Generate | Restore) -> None:
     prompt = check_ids_ref("prompt", command.prompt)
     if isinstance(prompt, InlineIds) and not prompt.ids:
         raise ValueError(f"{command.name} needs at least one prompt token")
-    keep("n_gen", int_in_range("n_gen", command.n_gen, 1))
+    # Scoring a prompt alone (prompt_logprobs) may generate nothing.
+    scoring = isinstance(command, Generate) and command.prompt_logprobs
+    keep("n_gen", int_in_range("n_gen", command.n_gen, 0 if scoring else 1))
     if command.sampling is None:
         keep("sampling", SamplingParams())
     elif not isinstance(command.sampling, SamplingParams):

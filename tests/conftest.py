@@ -91,7 +91,7 @@ class LucernaServer:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
-    def wait_healthy(self, timeout: float = 180.0) -> dict:  # type: ignore[type-arg]
+    def wait_healthy(self, timeout: float = 180.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -1,7 +1,7 @@
 """The linters see every Python file, including the suffix-less scripts in bin/.
 
 pyproject.toml includes all of bin/ in ruff and leaves out the non-Python scripts by
-name. These tests ask ruff itself which files it lints, so a new Python script in bin/
+name. This test asks ruff itself which files it lints, so a new Python script in bin/
 is covered or this fails, and a script listed as non-Python that became Python is
 caught too.
 """
@@ -13,12 +13,7 @@ import sys
 from pathlib import Path
 
 from daemons.paths import repo_root
-
-
-def _is_python_script(path: Path) -> bool:
-    with path.open("rb") as script:
-        first_line = script.readline()
-    return first_line.startswith(b"#!") and b"python" in first_line
+from tests._bin_scripts import bin_scripts, is_python_script
 
 
 def _ruff_files(root: Path) -> set[Path]:
@@ -32,8 +27,8 @@ def _ruff_files(root: Path) -> set[Path]:
 
 def test_ruff_lints_every_python_script_in_bin_and_nothing_else_there() -> None:
     root = repo_root()
-    bin_files = {path.resolve() for path in (root / "bin").iterdir() if path.is_file()}
-    python_scripts = {path for path in bin_files if _is_python_script(path)}
+    bin_files = {path.resolve() for path in bin_scripts(root)}
+    python_scripts = {path for path in bin_files if is_python_script(path)}
     assert python_scripts, "bin/ holds Python scripts; the shebang check found none"
     linted_in_bin = _ruff_files(root) & bin_files
     assert linted_in_bin == python_scripts, (

@@ -27,7 +27,8 @@ from daemons.errors import DaemonsError
 from orchestrator.api._fields import Basics
 from orchestrator.api._http import error_response
 from orchestrator.errors import RequestError
-from orchestrator.generation import Conversation, GenerationRequest, chat_prompt
+from orchestrator.events import Conversation, GenerationRequest
+from orchestrator.generation import chat_prompt
 from orchestrator.models import ServedModel
 from orchestrator.reasoning import ReasoningControl, ReasoningFormat, ReasoningPlan
 from orchestrator.tools import OutputPlan

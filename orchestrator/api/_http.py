@@ -1,11 +1,12 @@
-"""What every dialect needs from HTTP: bounded JSON bodies, error responses, SSE."""
+"""What every dialect needs from HTTP: bounded JSON bodies, error responses, SSE, and
+watching for the client to leave."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import trio
@@ -13,10 +14,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from orchestrator.errors import BadRequestError, RequestError
+from orchestrator.errors import BadRequestError, ClientGoneError, RequestError
 from orchestrator.keepalive import KeepAliveEvents
 
-__all__ = ["MAX_BODY_BYTES", "EventStreamResponse", "error_response", "read_json_body", "sse"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "EventStreamResponse",
+    "error_response",
+    "read_json_body",
+    "sse",
+    "watch_disconnect",
+]
 
 # Starlette's Request.json() reads bodies of any size; a 128K-token prompt is well
 # under 2 MB of JSON, so 32 MB leaves room for long conversations and still refuses abuse.
@@ -124,3 +132,40 @@ class EventStreamResponse(StreamingResponse):
             else:
                 await super().stream_response(send)
             nursery.cancel_scope.cancel()  # a body that stopped early leaves the pump waiting
+
+
+@asynccontextmanager
+async def watch_disconnect(receive: Receive) -> AsyncIterator[None]:
+    """Run the block; if the client disconnects meanwhile, cancel it and raise ClientGoneError.
+
+    Only for use after the request body has been read in full: from then on the
+    only message ASGI can deliver is ``http.disconnect``. It covers a request's wait
+    for its turn in the model's queue and a non-streaming generation; a streaming
+    response is watched by the response itself.
+    """
+    gone = False
+    failure: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+
+        async def listen() -> None:
+            nonlocal gone
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone = True
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(listen)
+        # The block's own exceptions are re-raised after the nursery, unwrapped; a
+        # Cancelled that came from our cancel (the client left) becomes ClientGoneError.
+        try:
+            yield
+        except BaseException as exc:
+            failure = exc
+        finally:
+            nursery.cancel_scope.cancel()
+    if gone:
+        raise ClientGoneError("the client disconnected")
+    if failure is not None:
+        raise failure

@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.api import _fields as fields
 from orchestrator.errors import BadRequestError
-from orchestrator.generation import TokenLogprob
+from orchestrator.events import TokenLogprob
 from protocol import MAX_LOGPROBS
 
 __all__ = [

@@ -21,14 +21,7 @@ from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import as_request_error
 from orchestrator.api._http import sse
 from orchestrator.errors import RequestError
-from orchestrator.generation import (
-    Event,
-    Finished,
-    ReasoningDelta,
-    TextDelta,
-    TokenLogprob,
-    ToolCall,
-)
+from orchestrator.events import Event, Finished, ReasoningDelta, TextDelta, TokenLogprob, ToolCall
 from orchestrator.keepalive import KeepAlive
 
 __all__ = ["KEEPALIVE_COMMENT", "OpenAIEnvelope", "include_usage", "openai_usage"]

@@ -38,23 +38,22 @@ from starlette.responses import JSONResponse, Response
 from daemons.errors import DaemonsError
 from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import ErrorShape, as_request_error, chat_generation, new_id
-from orchestrator.api._http import read_json_body, sse
+from orchestrator.api._generation import run_generation
+from orchestrator.api._http import read_json_body, sse, watch_disconnect
 from orchestrator.api._tool_fields import read_tool_choice, read_tools
 from orchestrator.errors import BadRequestError, RequestError
-from orchestrator.generation import (
+from orchestrator.events import (
     Event,
     Finished,
     GenerationRequest,
     ReasoningDelta,
     TextDelta,
     ToolCall,
-    prompt_ids,
-    run_generation,
 )
+from orchestrator.generation import prompt_ids
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry
 from orchestrator.reasoning import ReasoningControl, thinking_signature
-from orchestrator.scheduler import watch_disconnect
 from orchestrator.tools import OutputPlan, plan_output
 
 __all__ = ["ANTHROPIC_ERRORS", "MessagesRequest", "count_tokens", "messages",

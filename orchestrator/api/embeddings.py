@@ -31,11 +31,10 @@ from starlette.responses import JSONResponse, Response
 
 from daemons.errors import DaemonDiedError, DaemonReplyError
 from orchestrator.api import _fields as fields
-from orchestrator.api._http import read_json_body
+from orchestrator.api._http import read_json_body, watch_disconnect
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
 from orchestrator.generation import MAX_RECOVERIES, tokenize_text
 from orchestrator.models import ModelRegistry, ServedModel
-from orchestrator.scheduler import watch_disconnect
 
 __all__ = ["MAX_INPUTS", "embeddings", "parse_inputs"]
 

@@ -44,8 +44,8 @@ from starlette.responses import JSONResponse, Response
 from orchestrator.api._dialect import OPENAI_ERRORS, ErrorShape
 from orchestrator.api._fields import DEFAULT_SAMPLING
 from orchestrator.api.anthropic_messages import ANTHROPIC_ERRORS
+from orchestrator.api.metrics import lucerna_version
 from orchestrator.errors import BadRequestError, ModelNotFoundError, RequestError
-from orchestrator.metrics import lucerna_version
 from orchestrator.models import OUTPUT_CAP_CONTEXT_SHARE, ModelRegistry, ServedModel
 from orchestrator.residency import Residency
 

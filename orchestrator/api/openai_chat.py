@@ -26,12 +26,13 @@ from starlette.responses import JSONResponse, Response
 
 from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import chat_generation, new_id
+from orchestrator.api._generation import run_generation
 from orchestrator.api._http import read_json_body
 from orchestrator.api._logprobs import chat_entry, chat_logprobs
 from orchestrator.api._openai import OpenAIEnvelope, include_usage
 from orchestrator.api._tool_fields import read_response_format, read_tool_choice, read_tools
 from orchestrator.errors import BadRequestError
-from orchestrator.generation import (
+from orchestrator.events import (
     Event,
     Finished,
     GenerationRequest,
@@ -39,7 +40,6 @@ from orchestrator.generation import (
     TextDelta,
     TokenLogprob,
     ToolCall,
-    run_generation,
 )
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry

@@ -23,19 +23,13 @@ from starlette.responses import JSONResponse, Response
 
 from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import new_id
+from orchestrator.api._generation import run_generation
 from orchestrator.api._http import read_json_body
 from orchestrator.api._logprobs import completions_block, completions_logprobs
 from orchestrator.api._openai import OpenAIEnvelope, include_usage
 from orchestrator.errors import BadRequestError
-from orchestrator.generation import (
-    Event,
-    Finished,
-    GenerationRequest,
-    TextDelta,
-    TokenLogprob,
-    run_generation,
-    tokenize_text,
-)
+from orchestrator.events import Event, Finished, GenerationRequest, TextDelta, TokenLogprob
+from orchestrator.generation import tokenize_text
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry, ServedModel
 

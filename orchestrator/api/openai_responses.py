@@ -36,11 +36,12 @@ from starlette.responses import JSONResponse, Response
 from daemons.errors import DaemonsError
 from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import as_request_error, chat_generation, new_id
+from orchestrator.api._generation import run_generation
 from orchestrator.api._http import read_json_body, sse
 from orchestrator.api._logprobs import chat_entry, responses_logprobs
 from orchestrator.api._tool_fields import read_response_format, read_tool_choice, read_tools
 from orchestrator.errors import BadRequestError, RequestError
-from orchestrator.generation import (
+from orchestrator.events import (
     Event,
     Finished,
     GenerationRequest,
@@ -48,7 +49,6 @@ from orchestrator.generation import (
     TextDelta,
     TokenLogprob,
     ToolCall,
-    run_generation,
 )
 from orchestrator.keepalive import KeepAlive
 from orchestrator.models import ModelRegistry

@@ -25,11 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from daemons.errors import DaemonDiedError
-from orchestrator.api._http import read_json_body
+from orchestrator.api._http import read_json_body, watch_disconnect
 from orchestrator.errors import BadRequestError, ModelNotFoundError, ServiceUnavailableError
 from orchestrator.generation import MAX_RECOVERIES, tokenize_text
 from orchestrator.models import ModelRegistry, ServedModel
-from orchestrator.scheduler import watch_disconnect
 
 __all__ = ["detokenize", "tokenize"]
 

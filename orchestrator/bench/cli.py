@@ -40,6 +40,7 @@ from orchestrator.settings import (
     N_CTX,
     N_GPU_LAYERS,
     PARALLEL,
+    QUEUE_LIMIT,
     THREADS,
     add_flag,
     check_flag,
@@ -133,8 +134,8 @@ def add_bench_parser(sub: Any) -> None:
     add_flag(engine, PARALLEL, help="requests that generate at once: Lucerna's --parallel and "
              "llama-server's --parallel (slots); the context given or chosen is per request, "
              "and both servers get it times this")
-    engine.add_argument("--queue-limit", type=int, help="Lucerna's --queue-limit (default: "
-                        "the largest concurrency, at least 16)")
+    add_flag(engine, QUEUE_LIMIT, help="Lucerna's --queue-limit",
+             shown=f"the largest concurrency, at least {QUEUE_LIMIT.default}")
     engine.add_argument("--startup-timeout", type=float, default=600.0,
                         help="seconds each server may take to become healthy")
     engine.add_argument("--no-cache", action="store_true",
@@ -237,7 +238,7 @@ def server_settings(args: argparse.Namespace, plan: BenchPlan, model: Path, n_ct
     return ServerSettings(
         model=model, n_ctx=n_ctx, threads=args.threads or os.cpu_count() or 1,
         n_gpu_layers=args.n_gpu_layers,
-        queue_limit=args.queue_limit or max(16, *plan.concurrency),
+        queue_limit=args.queue_limit or max(QUEUE_LIMIT.default, *plan.concurrency),
         prompt_cache=not args.no_cache, chat_template_file=chat_template_file,
         parallel=args.parallel or 1)
 

@@ -58,7 +58,7 @@ __all__ = [
     "lucerna_argv",
 ]
 
-# The daemon's prefill chunk (native/src/core/args.h); one chunk is one engine batch.
+# The daemon's prefill chunk (native/src/daemon/args.h); one chunk is one engine batch.
 DAEMON_CHUNK = 512
 _STOP_ESCALATION: tuple[tuple[signal.Signals, float], ...] = (
     (signal.SIGTERM, 30.0),

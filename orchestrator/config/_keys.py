@@ -14,7 +14,7 @@ from daemons.roles import ROLES
 from orchestrator.api._http import MAX_BODY_BYTES
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S
 from orchestrator.reasoning import EFFORT_BUDGETS
-from orchestrator.settings import N_CTX, N_GPU_LAYERS, PARALLEL, THREADS, Setting
+from orchestrator.settings import N_CTX, N_GPU_LAYERS, PARALLEL, QUEUE_LIMIT, THREADS, Setting
 from orchestrator.supervisor import RestartPolicy
 
 __all__ = [
@@ -87,7 +87,10 @@ class ServerKeys:
 class ModelKeys:
     """One ``[[models]]`` table."""
 
-    NAME = Setting("name", str, 'name the model as clients will, e.g. name = "qwen3-8b"')
+    NAME = Setting("name", str, 'name the model as clients will, e.g. name = "qwen3-8b"',
+                   shown="gemma3-270m, smollm2-135m-instruct, or the file's stem",
+                   flag="--model-name", dest="model_name",
+                   help="name clients use in the `model` field")
     PATH = Setting(
         "path", str, 'point it at a GGUF model file (relative paths are relative to the '
         'config file), or write "default" for the embedded gemma3-270m ("default-chat": '
@@ -116,9 +119,7 @@ class ModelKeys:
     EXTRA_ARGS = Setting("extra_args", list, 'list extra daemon flags, e.g. ["--seed=1"]')
     LAUNCHER = Setting("launcher", list, 'list the command to prefix, e.g. ["ssh", "gpu-host"]')
     ENV = Setting("env", dict, 'write env = { NAME = "value" }')
-    QUEUE_LIMIT = Setting("queue_limit", int, "give how many requests may wait, e.g. 16",
-                          default=16, low=0, flag="--queue-limit",
-                          help="requests that may wait per model before new ones get 503")
+    QUEUE_LIMIT = QUEUE_LIMIT
     PARALLEL = PARALLEL
     MAX_OUTPUT_TOKENS = Setting(
         "max_output_tokens", int, "give a per-request cap in tokens, or leave it out for a "

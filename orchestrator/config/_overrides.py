@@ -82,11 +82,9 @@ class Overrides:
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``Overrides``; every default is None (see ``apply_overrides``)."""
-    add_flag(parser, ModelKeys.PATH)
-    parser.add_argument("--model-name", help="name clients use in the `model` field "
-                        "(default: gemma3-270m, smollm2-135m-instruct, or the file's stem)")
-    for setting in (ServerKeys.HOST, ServerKeys.PORT, ServerKeys.API_KEY_FILE,
-                    ServerKeys.MAX_BODY_BYTES, ServerKeys.KEEPALIVE_INTERVAL,
+    for setting in (ModelKeys.PATH, ModelKeys.NAME, ServerKeys.HOST, ServerKeys.PORT,
+                    ServerKeys.API_KEY_FILE, ServerKeys.MAX_BODY_BYTES,
+                    ServerKeys.KEEPALIVE_INTERVAL,
                     ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
                     ModelKeys.MAX_OUTPUT_TOKENS, ServerKeys.SHUTDOWN_TIMEOUT,
                     ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, RestartKeys.MAX_FAILURES,

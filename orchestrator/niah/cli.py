@@ -96,9 +96,12 @@ def add_niah_parser(sub: Any) -> None:
     add_flag(daemon, N_GPU_LAYERS)
     daemon.add_argument("--park", action="store_true",
                         help="park the target while the drafter scores (shared device)")
-    daemon.add_argument("--lookahead", type=int, help="compress lookahead (default 8)")
-    daemon.add_argument("--chunk", type=int, help="compress chunk (default 32)")
-    daemon.add_argument("--pool", type=int, help="compress pool (default 13)")
+    # The [models.prefill] keys of the same names; `lucerna` has loaded prefill already.
+    from orchestrator.prefill._keys import PrefillKeys
+
+    add_flag(daemon, PrefillKeys.LOOKAHEAD, flag="--lookahead", help="compress lookahead")
+    add_flag(daemon, PrefillKeys.CHUNK, flag="--chunk", help="compress chunk")
+    add_flag(daemon, PrefillKeys.POOL, flag="--pool", help="compress pool")
     http = niah.add_argument_group("http mode")
     http.add_argument("--url", default="http://127.0.0.1:8080/v1",
                       help="the server's base URL (default http://127.0.0.1:8080/v1); it needs "

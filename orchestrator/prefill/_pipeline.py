@@ -1,7 +1,7 @@
 """PFlash in the server: a model's drafter daemon and the compression of its requests.
 
 ``PrefillCompressor`` hangs off a ``ServedModel`` (``model.prefill``). The core calls
-``apply`` once a request's turn has come (``generation.run_generation``): a long
+``apply`` once a request's turn has come (``generation.prepare_generation``): a long
 enough conversation is compressed by the drafter (``compress_conversation``), the
 shortened messages are rendered with the target's own template and tokenized by the
 target, and the request continues with that prompt, ``compressed_tokens`` telling
@@ -14,6 +14,10 @@ same restarts); a drafter that cannot be brought back turns compression off for 
 model rather than stopping the server. In proxy mode there is no target: the model's
 own daemon is the drafter, and ``upstream_events`` replaces local generation.
 
+The model holds its compressor, so this package never imports the model: ``apply``
+reaches the target through ``CompressionTarget`` (what it needs of a ``ServedModel``)
+and renders prompts through the ``tokenize`` it is handed.
+
 Per request, two headers adjust the policy (the NIAH driver sweeps keep ratios
 through them): ``X-Lucerna-Prefill: off|auto|always`` and
 ``X-Lucerna-Prefill-Keep: <ratio or T:R curve>``.
@@ -25,26 +29,25 @@ import hashlib
 import logging
 import struct
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from daemons.client import DaemonClient
 from daemons.errors import DaemonError
 from daemons.roles import DaemonLaunch
+from orchestrator.chat_template import ChatTemplate
 from orchestrator.errors import BadRequestError, DaemonUnrecoverableError, ServiceUnavailableError
-from orchestrator.generation import Conversation, Event, GenerationRequest, prompt_ids
+from orchestrator.events import Conversation, Event, GenerationRequest
 from orchestrator.prefill._conversation import CompressionSkipped, compress_conversation
 from orchestrator.prefill._curve import KeepRatioCurve
 from orchestrator.prefill._proxy import upstream_events
 from orchestrator.prefill._settings import MODES, Mode, PrefillSettings, UpstreamSettings
+from orchestrator.prefix_cache import PrefixCache
 from orchestrator.supervisor import RestartPolicy, Supervisor
 from protocol import PieceTable
 
-if TYPE_CHECKING:
-    from orchestrator.models import ServedModel
-
-__all__ = ["KEEP_HEADER", "MODE_HEADER", "PrefillCompressor"]
+__all__ = ["KEEP_HEADER", "MODE_HEADER", "CompressionTarget", "PrefillCompressor", "Tokenize"]
 
 log = logging.getLogger("lucerna.prefill")
 
@@ -53,6 +56,24 @@ KEEP_HEADER = "x-lucerna-prefill-keep"
 DRAFTER_WAIT_S = 120.0
 EXACT_CACHE_PROMPTS = 64
 """Raw prompts whose compression the exact prefill cache remembers."""
+
+
+Tokenize = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None],
+                    Awaitable[list[int]]]
+"""Messages and tools -> the target's prompt ids, rendered with its chat template
+(``generation.prompt_ids`` bound to the model)."""
+
+
+class CompressionTarget(Protocol):
+    """What ``apply`` needs of the model it compresses for (a ``ServedModel``)."""
+
+    @property
+    def supervisor(self) -> Supervisor: ...
+
+    @property
+    def prefix_cache(self) -> PrefixCache | None: ...
+
+    async def ready_parts(self) -> tuple[DaemonClient, PieceTable, ChatTemplate]: ...
 
 
 class PrefillCompressor:
@@ -124,9 +145,10 @@ class PrefillCompressor:
                 raise BadRequestError(f"header {KEEP_HEADER}: {exc}") from None
         return mode, curve
 
-    async def apply(self, model: ServedModel, generation: GenerationRequest,
-                    headers: Mapping[str, str]) -> GenerationRequest:
-        """``generation`` with its prompt compressed when the policy says so."""
+    async def apply(self, generation: GenerationRequest, headers: Mapping[str, str], *,
+                    target: CompressionTarget, tokenize: Tokenize) -> GenerationRequest:
+        """``generation`` with its prompt compressed when the policy says so; ``target``
+        is the model it is for, whose chat template ``tokenize`` renders with."""
         conversation = generation.conversation
         if conversation is None:
             if self.upstream is not None:
@@ -141,7 +163,7 @@ class PrefillCompressor:
         keep_x1000 = curve.keep_x1000(n_prompt)
         if keep_x1000 >= 1000:
             return generation
-        use_exact = model.prefix_cache is not None and model.prefix_cache.enabled
+        use_exact = target.prefix_cache is not None and target.prefix_cache.enabled
         key = self._exact_key(generation.prompt, keep_x1000)
         if use_exact and key in self._exact:
             self._exact.move_to_end(key)
@@ -150,17 +172,17 @@ class PrefillCompressor:
             log.info("model %s: prompt %d -> %d tokens from the exact prefill cache", self.name,
                      n_prompt, len(prompt))
             return self._compressed(generation, list(messages), prompt)
-        drafter = await self._drafter(model)
+        drafter = await self._drafter(target)
         if drafter is None:
             return generation
         client, pieces = drafter
-        target = None
+        to_park = None
         if self.supervisor is not None and self.settings.park_target:
-            target = model.supervisor.ready_client()
+            to_park = target.supervisor.ready_client()
         try:
             result = await compress_conversation(
                 client, pieces, conversation.messages, keep_x1000, self.settings.options,
-                target=target, park_target=target is not None)
+                target=to_park, park_target=to_park is not None)
         except CompressionSkipped as exc:
             log.warning("model %s: prompt of %d tokens left uncompressed: %s", self.name,
                         n_prompt, exc)
@@ -169,7 +191,7 @@ class PrefillCompressor:
             log.error("model %s: the drafter failed (%s); serving the prompt uncompressed",
                       self.name, exc)
             return generation
-        prompt = await prompt_ids(model, result.messages, conversation.tools)
+        prompt = await tokenize(result.messages, conversation.tools)
         if len(prompt) >= n_prompt:
             return generation
         self.compressed += 1
@@ -202,9 +224,10 @@ class PrefillCompressor:
                        marks=(len(prompt),),
                        conversation=Conversation(tuple(messages), conversation.tools))
 
-    async def _drafter(self, model: ServedModel) -> tuple[DaemonClient, PieceTable] | None:
+    async def _drafter(self,
+                       target: CompressionTarget) -> tuple[DaemonClient, PieceTable] | None:
         if self.supervisor is None:  # proxy mode: the model's own daemon drafts
-            client, pieces, _ = await model.ready_parts()
+            client, pieces, _ = await target.ready_parts()
             return client, pieces
         try:
             client = await self.supervisor.wait_ready(DRAFTER_WAIT_S)
@@ -214,8 +237,7 @@ class PrefillCompressor:
         assert self._pieces is not None  # loaded before the supervisor reports ready
         return client, self._pieces
 
-    def upstream_events(self, model: ServedModel,
-                        request: GenerationRequest) -> AsyncGenerator[Event, None]:
+    def upstream_events(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
         """Proxy mode: the upstream's answer to ``request`` as the core's events."""
         assert self.upstream is not None
-        return upstream_events(self.upstream, request, model.name)
+        return upstream_events(self.upstream, request, self.name)

@@ -26,7 +26,7 @@ from orchestrator.errors import (
     ServiceUnavailableError,
     UpstreamError,
 )
-from orchestrator.generation import Event, Finished, GenerationRequest, TextDelta, ToolCall
+from orchestrator.events import Event, Finished, GenerationRequest, TextDelta, ToolCall
 from orchestrator.prefill._settings import UpstreamSettings, upstream_endpoint
 from orchestrator.tools import JsonCallParser
 

@@ -59,8 +59,8 @@ async def test_concurrent_sequences_each_stream_to_their_own_task(launch: Launch
 
         # Alone on its lane, a sequence gives its solo tokens exactly (PROTOCOL.md 9.4).
         for seq in (3, 0):
-            async with client.open_sequence(generate(PROMPTS[seq], 12, seq, reuse=False)) as stream:
-                assert await stream.collect() == expected[seq]
+            async with client.open_sequence(generate(PROMPTS[seq], 12, seq, reuse=False)) as alone:
+                assert await alone.collect() == expected[seq]
         info = await client.run(Snapshot(5, seq=0))
         assert info.fields["n_tokens"] == str(len(PROMPTS[0]) + 11)
 
@@ -99,4 +99,4 @@ async def test_daemon_death_ends_every_stream(launch: Launcher) -> None:
 
 def test_batch_client_needs_protocol_2() -> None:
     with pytest.raises(ValueError, match="protocol 2"):
-        BatchClient(type("D", (), {"ready": None})())  # type: ignore[arg-type]
+        BatchClient(type("D", (), {"ready": None})())

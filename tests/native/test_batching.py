@@ -112,7 +112,7 @@ class Lanes:
 
     def next_reply(self, timeout: float = 60.0) -> str:
         while True:
-            reply = self.daemon.readline(timeout)
+            reply: str = self.daemon.readline(timeout)
             if not reply.startswith("done "):
                 return reply
             self.on_done(reply)

@@ -1,8 +1,9 @@
 """``generate ... logprobs=K`` (PROTOCOL.md 5.1) and ``embed`` (5.11), over raw pipes.
 
 Logprobs: the records the reader in protocol/ parses, the top-1 alternative is the greedy
-pick, asking for them changes no token (greedy or sampled), and a DFlash draft gives the
-autoregressive values. Embed: deterministic, inputs in one command equal inputs one at a
+pick, asking for them changes no token (greedy or sampled), and a daemon with a DFlash
+draft gives the autoregressive records bit for bit (it decodes such a request without
+proposals, PROTOCOL.md 5.9). Embed: deterministic, inputs in one command equal inputs one at a
 time, and the live sequence is cleared, not corrupted: the next generate starts cold
 and gives the same tokens as before.
 """
@@ -63,28 +64,39 @@ def test_logprobs_records_and_the_greedy_pick(
 def test_logprobs_with_a_draft_are_the_autoregressive_ones(
     spawn: Any, native: Any, test_models: dict[str, Path], exact_model: Path  # noqa: F811
 ) -> None:
-    """F32 weights and KV, flash attention off (test_dflash.py says why): the tokens and
-    their log-probabilities are those of autoregressive decoding."""
-    plain = spawn(native.binary("qwen35"), exact_model, "--n-ctx=512", ONE_THREAD, *EXACT)
-    drafted = spawn(native.binary("qwen35"), exact_model, "--n-ctx=512", ONE_THREAD, *EXACT,
-                    f"--draft={test_models['dflash']}")
-    plain.ready()
-    assert drafted.ready()["spec"] == "dflash"
-    worst = 0.0
-    for prompt in prompts(8, seed=11):
-        command = f"generate {ids(prompt)} 16 ignore_eos=1 logprobs=3"
-        expected, _ = plain.stream_command(command)
-        values, reply = drafted.stream_command(command)
-        assert "draft_steps" in reply
-        want, got = records(expected, 3), records(values, 3)
-        assert [r.token for r in got] == [r.token for r in want]
-        assert [[i for i, _ in r.top] for r in got] == [[i for i, _ in r.top] for r in want]
-        for a, b in zip(want, got, strict=True):
-            for (_, x), (_, y) in zip(((a.token, a.logprob), *a.top),
-                                      ((b.token, b.logprob), *b.top), strict=True):
-                worst = max(worst, abs(x - y))
-    print(f"largest logprob difference, draft vs autoregressive: {worst:.3g}")
-    assert worst <= 1e-5
+    """A request for logprobs on a daemon with a draft decodes without proposals, so its
+    records are bit for bit those of the same daemon without one, on the F16 test model
+    (where a verify row and a decode step differ by up to ~1e-3) as on the F32 setup.
+    Requests without logprobs still speculate, and their tokens do not change."""
+    for model, setup in ((test_models["qwen35"], ()), (exact_model, EXACT)):
+        plain = spawn(native.binary("qwen35"), model, "--n-ctx=512", ONE_THREAD, *setup)
+        drafted = spawn(native.binary("qwen35"), model, "--n-ctx=512", ONE_THREAD, *setup,
+                        f"--draft={test_models['dflash']}")
+        plain.ready()
+        assert drafted.ready()["spec"] == "dflash"
+        cases = prompts(6, seed=11)
+        speculated = [drafted.stream_command(f"generate {ids(p)} 16 ignore_eos=1 reuse=0")
+                      for p in cases]
+        assert all(int(drafted.ok(reply, "generate")["draft_steps"]) > 0
+                   for _, reply in speculated)
+        for prompt in cases:
+            for options in ("logprobs=3", "logprobs=0 temp=0.9 seed=5",
+                            "logprobs=2 prompt_logprobs=1"):
+                command = f"generate {ids(prompt)} 16 ignore_eos=1 reuse=0 {options}"
+                expected, _ = plain.stream_command(command)
+                values, reply = drafted.stream_command(command)
+                assert values == expected, (model.name, prompt, options)
+                fields = drafted.ok(reply, "generate")
+                assert (fields["draft_steps"], fields["draft_proposed"],
+                        fields["draft_accepted"]) == ("0", "0", "0")
+        # The requests without logprobs speculate as before, with the same tokens.
+        again = [drafted.stream_command(f"generate {ids(p)} 16 ignore_eos=1 reuse=0")
+                 for p in cases]
+        assert [t for t, _ in again] == [t for t, _ in speculated]
+        assert [drafted.ok(r, "generate")["draft_steps"] for _, r in again] == [
+            drafted.ok(r, "generate")["draft_steps"] for _, r in speculated]
+        plain.close()
+        drafted.close()
 
 
 def embeddings(path: Path, n: int, dim: int) -> list[tuple[float, ...]]:

@@ -148,6 +148,7 @@ class LineFuzzer:
             "chunk",
             "pool",
             "logprobs",
+            "prompt_logprobs",
             "lengths",
             "pooling",
             "Temp",
@@ -163,6 +164,8 @@ class LineFuzzer:
                 value = "text:" + r.choice(
                     ["root%20::=%20%22a%22", "root%20::=%20[0-9]", "root", "(((("]
                 )
+            if key == "prompt_logprobs" and r.random() < 0.5:
+                value = r.choice(["0", "1", "2"])
             if key in ("logprobs", "lengths") and r.random() < 0.5:
                 value = r.choice(["0", "1", "2", "20", "21", "-1", "1,2", "3,0"])
             if key == "pooling" and r.random() < 0.5:
@@ -183,6 +186,7 @@ class LineFuzzer:
             f"restore {slot} {PROMPT},13 2",
             f"generate {PROMPT} 2 logprobs={r.randrange(0, 21)}",
             f"restore {slot} {PROMPT},13 2 logprobs=1 temp=0.7",
+            f"generate {PROMPT} {r.randrange(0, 3)} logprobs={r.randrange(0, 4)} prompt_logprobs=1",
             f"embed {PROMPT} emb.f32 lengths=1,2", "embed ids:9707 emb.f32 pooling=last",
             f"snapshot {slot}", f"free_snapshot {slot}", "list_slots", "stats", "cancel",
             "tokenize text:Hello%20world", "detokenize ids:9707,1879", "stats path=stats.msgpack",
@@ -208,6 +212,7 @@ class LineFuzzer:
             f"snapshot {slot}%00", f"generate {PROMPT} 1 seed=1%00 stop=%00", "park all%00",
             f"embed {PROMPT} nule%00", f"embed {ids}%00 emb.f32",
             f"generate {PROMPT} 1 logprobs=1%00",
+            f"generate {PROMPT} 0 logprobs=1 prompt_logprobs=1%00",
             # inline text keeps its NUL: data for tokenize, refused where it is a C string
             "tokenize text:a%00b", f"generate text:x%00{ids} 1",
             f"generate {PROMPT} 1 grammar=text:root%20::=%20%22a%22%00junk",

@@ -9,22 +9,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port
+from tests.native import sources
 
-SERVES = {
-    "qwen35": "qwen35,qwen35moe,qwen3,gemma3,llama",
-    "laguna": "laguna,deepseek4",
-    "pflash": "qwen3,qwen35,gemma3,llama",
-    "ds4_shard": "deepseek4",
-}
-GENERATING_CAPS = (
-    "generate,tokenize,detokenize,vocab,stats,cancel,snapshot,restore,free_snapshot,list_slots,"
-    "save_slot,load_slot,park,unpark,embed,quit"
-)
-CAPS = {
-    "qwen35": GENERATING_CAPS,
-    "laguna": GENERATING_CAPS,
-    "pflash": GENERATING_CAPS + ",compress",
-}
+# What each role serves and lists, as PROTOCOL.md (sections 1 and 5) says; test_one_source.py
+# holds the native and Python copies to the same document.
+SERVES = {role.name: ",".join(role.architectures) for role in sources.doc_roles()}
+CAPS = {role: ",".join(caps) for role, caps in sources.doc_capabilities().items()}
 
 # role, test model, ready fields we expect
 LOADS = [

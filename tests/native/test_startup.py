@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from daemons.native import NativeBuild
-from tests.native.test_roles import GENERATING_CAPS
+from tests.native.test_roles import CAPS
 
 GEMMA_READY = {
     "protocol": "1",
@@ -21,7 +21,7 @@ GEMMA_READY = {
     "backend": "cpu",
     "engine": "llama-cpp-python-0.3.36",
     "version": "0.1.0",
-    "capabilities": GENERATING_CAPS,
+    "capabilities": CAPS["qwen35"],
 }
 
 

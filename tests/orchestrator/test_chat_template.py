@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from orchestrator.chat_template import FALLBACK_STOP, ChatTemplate, flatten_content
 from orchestrator.errors import BadRequestError, ChatTemplateError
 
-MESSAGES = [
+MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi"},
     {"role": "assistant", "content": "Hello."},
@@ -55,7 +57,7 @@ def test_non_text_content_parts_are_refused() -> None:
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
-TOOL_TURNS = [
+TOOL_TURNS: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},
     {"role": "assistant", "content": None, "tool_calls": [

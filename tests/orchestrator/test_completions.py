@@ -37,7 +37,7 @@ def test_stream_and_non_stream_agree(server: LucernaServer) -> None:
     assert [getattr(usage.usage, k) for k in counts] == [getattr(plain.usage, k) for k in counts]
     # The same prompt again: its state came from the prefix cache.
     assert usage.usage.prompt_tokens_details is not None
-    assert usage.usage.prompt_tokens_details.cached_tokens > 0
+    assert (usage.usage.prompt_tokens_details.cached_tokens or 0) > 0
     assert all(c.usage is None for c in texts)
     assert "".join(c.choices[0].text for c in texts) == choice.text
     assert [c.choices[0].finish_reason for c in texts][-1] == "length"

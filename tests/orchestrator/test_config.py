@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from daemons.native import NativeBuild
 from daemons.paths import repo_root
 from orchestrator.config import (
     CHAT_MODEL_PATH,
@@ -259,7 +260,9 @@ def test_bad_flag_values_are_refused(flags: Overrides, flag: str) -> None:
         apply_overrides(None, flags)
 
 
-def test_models_get_their_daemon_and_roles_must_fit(native, test_models) -> None:  # type: ignore[no-untyped-def]
+def test_models_get_their_daemon_and_roles_must_fit(
+    native: NativeBuild, test_models: dict[str, Path],
+) -> None:
     qwen3 = str(test_models["qwen3"])
     config = parse_config({"models": [{"name": "q", "path": qwen3, "launcher": ["nice"],
                                        "env": {"A": "1"}, "max_output_tokens": 5}]})

@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from daemons.native import NativeBuild
 from tests.conftest import LucernaServer
@@ -88,10 +89,11 @@ def test_a_conversation_survives_an_embedding(embed_server: LucernaServer) -> No
     between (the prefix cache's path; a cut or restore may round a near-tie of this Q4
     model differently from an uninterrupted run, PROTOCOL.md 5.10)."""
     client = openai_client(embed_server)
-    messages: list[dict[str, str]] = [{"role": "user", "content": "Count to five. " * 20}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Count to five. " * 20}]
 
     def turn() -> str:
-        reply = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+        reply = client.chat.completions.create(model=MODEL, messages=messages,
                                                max_tokens=6, temperature=0)
         return reply.choices[0].message.content or ""
 

@@ -20,7 +20,7 @@ from daemons.paths import repo_root
 from daemons.roles import DaemonLaunch, role_named
 from orchestrator.config import Overrides, apply_overrides, load_config, parse_config
 from orchestrator.errors import BadRequestError, ConfigError
-from orchestrator.generation import Conversation, GenerationRequest
+from orchestrator.events import Conversation, GenerationRequest
 from orchestrator.niah import haystack_messages, needle_found, synthetic_filler
 from orchestrator.prefill import (
     KEEP_HEADER,

@@ -17,10 +17,11 @@ import anthropic
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 
 from daemons.native import NativeBuild
 from orchestrator.errors import UpstreamError
-from orchestrator.generation import Conversation, GenerationRequest
+from orchestrator.events import Conversation, GenerationRequest
 from orchestrator.niah import needle_found
 from orchestrator.prefill import UpstreamSettings
 from orchestrator.prefill._proxy import upstream_events
@@ -30,7 +31,8 @@ from tests.orchestrator.conftest import NEEDLE_VALUE, long_messages
 
 KEY = "upstream-secret"
 UPSTREAM_MODEL = "gemma3-270m"
-MESSAGES = [{"role": "user", "content": "List three colours of the rainbow."}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "List three colours of the rainbow."}]
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +78,11 @@ def openai_client(server: LucernaServer, key: str = "unused") -> openai.OpenAI:
 def test_answers_through_the_proxy_equal_the_upstreams_own(
         proxy: LucernaServer, upstream: LucernaServer) -> None:
     direct = openai_client(upstream, KEY).chat.completions.create(
-        model=UPSTREAM_MODEL, messages=MESSAGES, max_tokens=16, temperature=0)  # type: ignore[arg-type]
+        model=UPSTREAM_MODEL, messages=MESSAGES, max_tokens=16, temperature=0)
     assert "daemon" in proxy.log() and "pflash" in proxy.log()  # only a drafter runs here
     api = openai_client(proxy)
     response = api.chat.completions.create(
-        model="proxied", messages=MESSAGES, max_tokens=16, temperature=0)  # type: ignore[arg-type]
+        model="proxied", messages=MESSAGES, max_tokens=16, temperature=0)
     assert response.model == "proxied"
     assert response.choices[0].message.content == direct.choices[0].message.content
     assert response.choices[0].finish_reason == direct.choices[0].finish_reason
@@ -89,7 +91,7 @@ def test_answers_through_the_proxy_equal_the_upstreams_own(
     assert response.usage.completion_tokens == direct.usage.completion_tokens
 
     stream = api.chat.completions.create(
-        model="proxied", messages=MESSAGES, max_tokens=16, temperature=0, stream=True,  # type: ignore[arg-type]
+        model="proxied", messages=MESSAGES, max_tokens=16, temperature=0, stream=True,
         stream_options={"include_usage": True})
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -99,6 +101,7 @@ def test_answers_through_the_proxy_equal_the_upstreams_own(
 
     # The Anthropic dialect, through the same core: same upstream request, same text,
     # whole and streamed (its own event shapes, rebuilt from the upstream's chunks).
+    # MESSAGES is typed for the openai SDK; the same dicts are valid Anthropic messages.
     claude = anthropic.Anthropic(base_url=proxy.base_url, api_key="unused", max_retries=0)
     message = claude.messages.create(model="proxied", messages=MESSAGES,  # type: ignore[arg-type]
                                      max_tokens=16, extra_body={"temperature": 0})
@@ -148,13 +151,14 @@ def test_long_prompts_are_compressed_before_they_are_forwarded(proxy: LucernaSer
 def test_forced_tool_calls_and_refusals_pass_through(proxy: LucernaServer) -> None:
     response = openai_client(proxy).chat.completions.create(
         model="proxied", messages=[{"role": "user", "content": "Weather in Oslo?"}],
-        tools=CHAT_TOOLS, max_tokens=48, temperature=0,  # type: ignore[arg-type]
+        tools=CHAT_TOOLS, max_tokens=48, temperature=0,
         tool_choice={"type": "function", "function": {"name": "get_weather"}})
     choice = response.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
     call = choice.message.tool_calls[0]
-    assert call.function.name == "get_weather"  # type: ignore[union-attr]
-    assert isinstance(json.loads(call.function.arguments), dict)  # type: ignore[union-attr]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
+    assert call.function.name == "get_weather"
+    assert isinstance(json.loads(call.function.arguments), dict)
     # A raw prompt has no conversation to forward.
     refused = httpx.post(f"{proxy.base_url}/v1/completions", timeout=60,
                          json={"model": "proxied", "prompt": "Hi", "max_tokens": 4})
@@ -180,5 +184,5 @@ def test_logprobs_are_a_400_in_proxy_mode(proxy: LucernaServer) -> None:
     """The upstream generates and its chunks carry no logprobs: say so, do not drop them."""
     with pytest.raises(openai.BadRequestError) as bad:
         openai_client(proxy).chat.completions.create(
-            model="proxied", messages=MESSAGES, max_tokens=4, logprobs=True)  # type: ignore[arg-type]
+            model="proxied", messages=MESSAGES, max_tokens=4, logprobs=True)
     assert bad.value.param == "logprobs" and "gives no logprobs" in bad.value.message

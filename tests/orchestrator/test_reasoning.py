@@ -198,7 +198,7 @@ def test_earlier_reasoning_is_written_back_as_the_template_expects(
     def prompt_tokens(messages: list[dict[str, Any]]) -> int:
         return int(chat(server, messages=messages, max_tokens=1)["usage"]["prompt_tokens"])
 
-    turn = [{"role": "user", "content": "weather?"},
+    turn: list[dict[str, Any]] = [{"role": "user", "content": "weather?"},
             {"role": "assistant", "content": "", "tool_calls": [call],
              "reasoning_content": "They want the weather; call the tool."},
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]

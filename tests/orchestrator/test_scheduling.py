@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +24,7 @@ from tests.conftest import LucernaServer
 
 # /v1/completions on a raw counting prompt: the base model continues it for as long
 # as it is allowed to, so a long max_tokens really means a long generation.
-LONG = {"model": "gemma3-270m", "prompt": "1, 2, 3, 4, 5,", "max_tokens": 1500,
+LONG: dict[str, Any] = {"model": "gemma3-270m", "prompt": "1, 2, 3, 4, 5,", "max_tokens": 1500,
         "temperature": 0}
 SHORT = {**LONG, "max_tokens": 4}
 
@@ -59,7 +60,9 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def open_stream(client: httpx.Client, server: LucernaServer, body: dict) -> httpx.Response:  # type: ignore[type-arg]
+def open_stream(
+    client: httpx.Client, server: LucernaServer, body: dict[str, Any],
+) -> httpx.Response:
     request = client.build_request("POST", f"{server.base_url}/v1/completions",
                                    json={**body, "stream": True})
     return client.send(request, stream=True)

@@ -20,10 +20,10 @@ import openai
 import pytest
 
 from daemons.native import NativeBuild
+from orchestrator.api.security import APIKeyMiddleware
 from orchestrator.app import build_app
 from orchestrator.config import ServerSettings
 from orchestrator.models import ModelRegistry
-from orchestrator.security import APIKeyMiddleware
 from protocol import parse_command_line
 from tests.conftest import LucernaServer
 
@@ -167,7 +167,7 @@ async def test_every_configured_key_is_compared_in_constant_time(
         compared.append((a, b))
         return real_compare(a, b)
 
-    monkeypatch.setattr("orchestrator.security.hmac.compare_digest", compare)
+    monkeypatch.setattr("orchestrator.api.security.hmac.compare_digest", compare)
     app = build_app(ModelRegistry([]), ServerSettings(api_keys=("first", "second")))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://lucerna") as client:

@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -27,7 +28,7 @@ class StreamWatch:
     max_tokens: int
     started: threading.Event = field(default_factory=threading.Event)
     finished: threading.Event = field(default_factory=threading.Event)
-    chunks: list[dict] = field(default_factory=list)  # type: ignore[type-arg]
+    chunks: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False  # saw data: [DONE]
     error: BaseException | None = None
     ended_at: float = 0.0

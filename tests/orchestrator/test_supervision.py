@@ -7,6 +7,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import gguf
 import httpx
@@ -32,7 +33,7 @@ def own_server(
         srv.stop()
 
 
-def daemon_state(server: LucernaServer) -> dict:  # type: ignore[type-arg]
+def daemon_state(server: LucernaServer) -> dict[str, Any]:
     return httpx.get(f"{server.base_url}/health").json()["models"]["gemma3-270m"]  # type: ignore[no-any-return]
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -7,7 +9,7 @@ from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
 from protocol import PieceTable
 
 
-def table(pieces: list[bytes], control: set[int] = frozenset()) -> PieceTable:  # type: ignore[assignment]
+def table(pieces: list[bytes], control: Collection[int] = frozenset()) -> PieceTable:
     return PieceTable(
         n_vocab=len(pieces),
         pieces=pieces,

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.errors import BadRequestError
-from orchestrator.generation import TextDelta, ToolCall
+from orchestrator.events import TextDelta, ToolCall
 from orchestrator.tools import (
     FunctionTool,
     JsonCallParser,

@@ -322,6 +322,14 @@ def test_line_encode_then_parse_round_trips(
         (Generate(InlineIds((1, 2)), 4, logprobs=5), b"generate ids:1,2 4 logprobs=5\n"),
         (Generate(InlineIds((1,)), 4, logprobs=0), b"generate ids:1 4 logprobs=0\n"),
         (Restore(1, InlineIds((1,)), 4, logprobs=20), b"restore 1 ids:1 4 logprobs=20\n"),
+        (
+            Generate(InlineIds((1, 2)), 0, logprobs=2, prompt_logprobs=True),
+            b"generate ids:1,2 0 logprobs=2 prompt_logprobs=1\n",
+        ),
+        (
+            Generate(InlineIds((1, 2)), 3, logprobs=0, prompt_logprobs=True, reuse=False),
+            b"generate ids:1,2 3 logprobs=0 reuse=0 prompt_logprobs=1\n",
+        ),
         (Embed(InlineIds((5, 6, 7)), "/tmp/e.f32"), b"embed ids:5,6,7 /tmp/e.f32\n"),
         (
             Embed(InlineIds((5, 6, 7)), "/tmp/e.f32", (1, 2), "last"),
@@ -407,6 +415,12 @@ def test_generate_normalises_its_arguments() -> None:
         (lambda: Generate(InlineIds((1, 2)), 4, snap=(1, -1)), "slot"),
         (lambda: Generate(InlineIds((1, 2)), 4, snap=(1,)), "snap"),  # type: ignore[arg-type]
         (lambda: Generate(InlineIds((1, 2)), 4, snap=[1, 0]), "snap"),  # type: ignore[arg-type]
+        (lambda: Generate(InlineIds((1, 2)), 0), "n_gen must be in [1"),
+        (lambda: Generate(InlineIds((1, 2)), 0, logprobs=1), "n_gen must be in [1"),
+        (lambda: Generate(InlineIds((1, 2)), 1, prompt_logprobs=True), "needs logprobs"),
+        (lambda: Generate(InlineIds((1, 2)), -1, logprobs=1, prompt_logprobs=True), "n_gen"),
+        (lambda: Generate(InlineIds((1,)), 1, logprobs=1, prompt_logprobs=2),  # type: ignore[arg-type]
+         "prompt_logprobs"),
         (lambda: Restore(-1, InlineIds((1,)), 4), "slot"),
         (lambda: Restore(2**31, InlineIds((1,)), 4), "slot"),
         (lambda: Restore(True, InlineIds((1,)), 4), "slot"),
@@ -479,6 +493,13 @@ def test_a_path_may_mention_the_prefixes_elsewhere() -> None:
         ("generate ids:1 4 logprobs=-1", ErrorCode.BAD_ARGS),
         ("generate ids:1 4 logprobs=", ErrorCode.BAD_ARGS),
         ("restore 0 ids:1 4 logprobs=x", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 0", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 0 logprobs=1", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 4 prompt_logprobs=1", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 0 prompt_logprobs=0 logprobs=1", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 4 prompt_logprobs=2 logprobs=1", ErrorCode.BAD_ARGS),
+        ("generate ids:1,2 -1 prompt_logprobs=1 logprobs=1", ErrorCode.BAD_ARGS),
+        ("restore 0 ids:1 0 prompt_logprobs=1 logprobs=1", ErrorCode.BAD_ARGS),
         ("embed ids:1", ErrorCode.BAD_ARGS),
         ("embed ids: /tmp/e", ErrorCode.EMPTY_PROMPT),
         ("embed ids:1,2 /tmp/e lengths=0,2", ErrorCode.EMPTY_PROMPT),
@@ -677,6 +698,9 @@ def _decoding_commands(draw: st.DrawFn, cls: type[Generate | Restore]) -> Genera
     else:
         arguments["reuse"] = draw(st.booleans())
         arguments["marks"] = tuple(sorted(draw(st.sets(st.integers(1, n_prompt), max_size=4))))
+        if arguments["logprobs"] is not None and draw(st.booleans()):
+            arguments["prompt_logprobs"] = True
+            arguments["n_gen"] = draw(st.integers(0, 3) | _counts)
     return cls(**arguments)
 
 

@@ -14,6 +14,7 @@ from protocol import (
     EmbedSummary,
     LogprobStreamReader,
     MalformedLineError,
+    OkReply,
     StreamFramingError,
     TokenLogprobs,
     parse_reply_line,
@@ -92,6 +93,9 @@ def test_any_split_of_any_records_reads_back(k: int, data: st.DataObject, cuts: 
 
 def test_embed_summary() -> None:
     reply = parse_reply_line("ok embed n=2 dim=64 n_tokens=4 ms=15.7")
-    assert EmbedSummary.from_reply(reply) == EmbedSummary(2, 64, 4, 15.7)  # type: ignore[arg-type]
+    assert isinstance(reply, OkReply)
+    assert EmbedSummary.from_reply(reply) == EmbedSummary(2, 64, 4, 15.7)
+    short = parse_reply_line("ok embed n=2 dim=64")
+    assert isinstance(short, OkReply)
     with pytest.raises(MalformedLineError):
-        EmbedSummary.from_reply(parse_reply_line("ok embed n=2 dim=64"))  # type: ignore[arg-type]
+        EmbedSummary.from_reply(short)

@@ -10,8 +10,8 @@
 #include <limits>
 
 #include "commands/handlers.h"
-#include "daemon/log.h"
 #include "engine/attention_scores.h"
+#include "engine/log.h"
 #include "wire/token_refs.h"
 
 namespace lucerna {

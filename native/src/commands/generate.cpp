@@ -1,7 +1,7 @@
 // generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F]
 //          [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,ID,...] [ignore_eos=0|1]
 //          [grammar=<text>] [json_schema=<text>] [snap=L:S] [reuse=0|1] [marks=L,...]
-//          [logprobs=K]
+//          [logprobs=K] [prompt_logprobs=0|1]
 //
 // Starts from the longest prefix of the prompt whose state the daemon holds (or, with
 // reuse=0, from an empty sequence), prefills the rest in chunks, then decodes one token
@@ -20,11 +20,13 @@
 #include <limits>
 #include <vector>
 
+#include "commands/decode_speculative.h"
+#include "commands/emit.h"
 #include "commands/handlers.h"
 #include "daemon/batch_scheduler.h"
-#include "engine/emit.h"
 #include "engine/grammar.h"
 #include "engine/prefix_reuse.h"
+#include "wire/constants.h"
 #include "wire/token_refs.h"
 
 namespace lucerna {
@@ -33,7 +35,7 @@ namespace {
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
     "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S] "
-    "[reuse=0|1] [marks=L,...] [logprobs=K] [seq=S]";
+    "[reuse=0|1] [marks=L,...] [logprobs=K] [prompt_logprobs=0|1] [seq=S]";
 
 // Besides the marks and the prompt's end, a checkpoint every this many chunks of a
 // long prefill, so that a prompt diverging inside a long stretch nobody marked still
@@ -135,11 +137,10 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
                                      "rep_window", "seed", "stop", "ignore_eos", "grammar", "json_schema", "snap",
                                           "logprobs", "seq"};
     if (is_generate) {
-        keys.insert(keys.end(), {"reuse", "marks"});
+        keys.insert(keys.end(), {"reuse", "marks", "prompt_logprobs"});
     }
     cmd.check_options(keys, usage);
     GenerateRequest req;
-    req.n_gen = static_cast<int32_t>(parse_int("n_gen", n_gen, 1, std::numeric_limits<int32_t>::max()));
     SamplingParams & sp = req.sampling;
     sp.seed = session.opts.seed;
     const std::string * grammar_ref = nullptr;
@@ -190,8 +191,21 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
             req.logprobs = static_cast<int32_t>(parse_int("logprobs", value, 0, kMaxLogprobs));
         } else if (key == "seq") {
             req.seq = parse_seq(session, value);
+        } else if (key == "prompt_logprobs") {
+            req.prompt_logprobs = parse_bool01("prompt_logprobs", value);
         }
     }
+    if (req.prompt_logprobs && req.logprobs < 0) {
+        throw ProtocolError(ErrorCode::kBadArgs,
+                            "prompt_logprobs=1 needs logprobs=K (the alternatives each record carries)");
+    }
+    if (req.prompt_logprobs && req.seq >= 0) {
+        // The batched prefill outputs one row per chunk (PROTOCOL.md 9.2).
+        throw ProtocolError(ErrorCode::kBadArgs, "prompt_logprobs=1 is protocol 1 only; drop seq=");
+    }
+    // Scoring a prompt alone (an evaluation harness's loglikelihood) generates nothing.
+    req.n_gen = static_cast<int32_t>(
+        parse_int("n_gen", n_gen, req.prompt_logprobs ? 0 : 1, std::numeric_limits<int32_t>::max()));
     req.reuse = req.reuse && is_generate;
 
     req.prompt = read_token_ref(ids);
@@ -268,7 +282,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         if (from) {
             load_snapshot(ctx, *from, live, draft);  // `from` may be replaced by snapshot_here below
             reused = {ReusedPrefix::Source::kSlot, static_cast<int32_t>(from->tokens.size()), -1};
-        } else if (req.reuse) {
+        } else if (req.reuse && !req.prompt_logprobs) {
             // A snap caps the reuse short of its position, so that the snapshot is taken
             // after a decode, with logits (a cut back to it would have none).
             const int32_t limit = req.snap_pos != 0 ? req.snap_pos - 1 : n_prompt;
@@ -290,10 +304,19 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             for (int32_t i = pos; i < end; ++i) {
                 // Every chunk outputs its last position, so the live sequence always has
                 // logits to snapshot; an uninterrupted run does the same, so this does not
-                // break exactness.
-                batch.add(req.prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == end - 1);
+                // break exactness. prompt_logprobs asks for every position's: the state
+                // the chunk leaves is the same, only more rows leave the LM head.
+                batch.add(req.prompt[static_cast<size_t>(i)], i,
+                          /*want_logits =*/req.prompt_logprobs || i == end - 1);
             }
             decode_or_throw(ctx, batch, "prefill");
+            if (req.prompt_logprobs) {
+                // Row i - pos predicts the token at i + 1; the last prompt position's row
+                // predicts the first generated token, which is the decode's business.
+                for (int32_t i = pos; i < end && i + 1 < n_prompt; ++i) {
+                    emitter.emit_prompt(req.prompt[static_cast<size_t>(i) + 1], llama_get_logits_ith(ctx, i - pos));
+                }
+            }
             live.decoded(req.prompt.data() + pos, static_cast<size_t>(end - pos));
             if (draft != nullptr) {
                 // The draft sees every prompt position's target features before it drafts.
@@ -322,8 +345,16 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         const auto t_decode = std::chrono::steady_clock::now();
         if (cancelled()) {
             emitter.cancel();
+        } else if (req.n_gen == 0) {
+            // prompt_logprobs with n_gen=0: the prompt's records were all there was to write.
         } else if (speculative) {
-            decode_speculative(session, picker, emitter, batch, spec_counters);
+            // A request for logprobs is decoded without proposals (one target row per step,
+            // exactly the autoregressive arithmetic), so its values do not depend on
+            // whether the daemon has a draft: verify rows round differently from a
+            // single-token decode (PROTOCOL.md 5.9) until the engine's kernels are
+            // batch-invariant (issue 21).
+            decode_speculative(session, picker, emitter, batch, spec_counters,
+                               /*propose =*/req.logprobs < 0);
         } else {
             while (true) {
                 const float * logits = live.last_logits(ctx);

@@ -36,10 +36,12 @@ struct GenerateRequest {
     // seq=S (protocol 2, PROTOCOL.md 9): the sequence (lane) it runs on, its stream
     // records framed with S; -1: protocol 1, bare values on the stream and lane 0.
     int32_t seq = -1;
+    // prompt_logprobs=1 (`generate` only, needs logprobs=K): the prefill computes logits
+    // for every prompt position and writes one record per prompt token after the first,
+    // before the generated tokens' (PROTOCOL.md 5.1); it starts from an empty sequence,
+    // since held state has no logits for the positions it covers. n_gen may then be 0.
+    bool prompt_logprobs = false;
 };
-
-// The most alternatives `logprobs=` may ask for (OpenAI's top_logprobs bound).
-constexpr int32_t kMaxLogprobs = 20;
 
 // Parses `<ids> <n_gen> [options]` given as words. Validation order: option values,
 // token source, empty prompt, token range, context size, grammar. Throws ProtocolError.

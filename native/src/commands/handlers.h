@@ -22,7 +22,8 @@ std::string handle_snapshot(Session & session, const CommandLine & cmd);        
 std::string handle_restore(Session & session, const CommandLine & cmd, uint64_t generate_seq);   // snapshot.cpp
 std::string handle_free_snapshot(Session & session, const CommandLine & cmd);                    // snapshot.cpp
 std::string handle_list_slots(Session & session, const CommandLine & cmd);                       // snapshot.cpp
-std::string handle_save_slot(Session & session, const CommandLine & cmd);  // save_slot.cpp (written in the background)
+// save_slot answers once the file is queued; session.snapshot_writer writes it.
+std::string handle_save_slot(Session & session, const CommandLine & cmd);                        // save_slot.cpp
 std::string handle_load_slot(Session & session, const CommandLine & cmd);                        // save_slot.cpp
 std::string handle_park(Session & session, const CommandLine & cmd);                             // park.cpp
 std::string handle_unpark(Session & session, const CommandLine & cmd);                           // park.cpp

@@ -18,7 +18,7 @@
 #include <malloc.h>
 #endif
 
-#include "commands/stats.h"
+#include "engine/resident_set.h"
 #include "wire/errors.h"
 
 namespace lucerna {

@@ -1,28 +1,8 @@
-#include "commands/stats.h"
-
-#include <cstdlib>
-#include <fstream>
-#include <string>
-
-namespace lucerna {
-
-int64_t resident_set_kb() {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line)) {
-        if (line.rfind("VmRSS:", 0) == 0) {
-            return std::strtoll(line.c_str() + 6, nullptr, 10);  // "VmRSS:   412332 kB"
-        }
-    }
-    return -1;
-}
-
-}  // namespace lucerna
-
 #include <vector>
 
 #include "commands/handlers.h"
 #include "engine/placement.h"
+#include "engine/resident_set.h"
 #include "engine/rpc_server.h"
 #include "wire/fd_io.h"
 #include "wire/msgpack_writer.h"

@@ -21,7 +21,7 @@
 
 #include "commands/generate.h"
 #include "daemon/session.h"
-#include "engine/emit.h"
+#include "commands/emit.h"
 #include "engine/engine.h"
 #include "engine/prefix_reuse.h"
 #include "engine/sampling.h"

@@ -13,9 +13,10 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
-#include "daemon/args.h"
+#include "wire/constants.h"
 
 namespace lucerna {
 
@@ -39,14 +40,14 @@ public:
         if (cancel_upto_.load(std::memory_order_acquire) >= seq) {
             return true;
         }
-        return valid(lane) && lanes_[static_cast<size_t>(lane)].cancel_upto.load(std::memory_order_acquire) >= seq;
+        return valid(lane) && lanes_[static_cast<std::size_t>(lane)].cancel_upto.load(std::memory_order_acquire) >= seq;
     }
     // Main thread: generation `seq` has written its -1 (or its end record), or was
     // refused; once per generation read.
     void finished(uint64_t seq, int32_t lane = -1);
 
 private:
-    static bool valid(int32_t lane) { return lane >= 0 && lane < DaemonOptions::kMaxParallel; }
+    static bool valid(int32_t lane) { return lane >= 0 && lane < kMaxParallel; }
 
     // `unfinished` counts generations read and not yet finished (running, queued, or
     // about to be refused): the `running=` of a cancel. Protocol 2 generations finish in
@@ -60,7 +61,7 @@ private:
     std::atomic<uint64_t> last_read_{0};
     std::atomic<int64_t> unfinished_{0};
     std::atomic<uint64_t> cancel_upto_{0};
-    std::array<Lane, DaemonOptions::kMaxParallel> lanes_;
+    std::array<Lane, kMaxParallel> lanes_;
 };
 
 }  // namespace lucerna

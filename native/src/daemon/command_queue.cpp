@@ -39,7 +39,7 @@ void find_lane(const std::string & line, bool is_cancel, QueuedCommand & command
         }
         if (word != nullptr) {
             command.names_seq = true;
-            command.lane = static_cast<int32_t>(parse_int("seq", *word, 0, DaemonOptions::kMaxParallel - 1));
+            command.lane = static_cast<int32_t>(parse_int("seq", *word, 0, kMaxParallel - 1));
         }
     } catch (const ProtocolError &) {
         command.lane = -1;

@@ -14,15 +14,16 @@
 #include "daemon/args.h"
 #include "daemon/batch_scheduler.h"
 #include "daemon/command_queue.h"
-#include "daemon/log.h"
 #include "daemon/placement_flags.h"
 #include "daemon/session.h"
 #include "daemon/signals.h"
 #include "engine/engine.h"
 #include "engine/gguf_probe.h"
+#include "engine/log.h"
 #include "engine/rpc_server.h"
 #include "engine/snapshot_files.h"
 #include "engine/speculative.h"
+#include "wire/constants.h"
 #include "wire/errors.h"
 #include "wire/wire.h"
 
@@ -35,11 +36,6 @@
 
 namespace lucerna {
 namespace {
-
-// `protocol=` stays the version every command line without seq= speaks, so that a client
-// of version 1 keeps working; `protocols=` lists every version served (PROTOCOL.md 9).
-constexpr int kProtocolVersion = 1;
-constexpr const char * kProtocolVersions = "1,2";
 
 // The private copy of the original stdout. fd 1 itself is pointed at stderr, so a
 // stray printf anywhere in the process (engine included) can never corrupt the

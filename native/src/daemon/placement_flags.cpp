@@ -1,11 +1,11 @@
 #include "daemon/placement_flags.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
+#include <cstdint>
+#include <optional>
 #include <regex>
 
 #include "wire/errors.h"
+#include "wire/numbers.h"
 
 namespace lucerna {
 namespace {
@@ -59,20 +59,14 @@ void parse_override(const std::string & value, PlacementOptions & opts) {
 }
 
 double parse_share(const std::string & flag, const std::string & value) {
-    errno = 0;
-    char * end = nullptr;
-    const double share = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(share) || share < 0.0 || share > 1.0) {
+    const std::optional<double> share = parse_decimal(value);
+    if (!share || *share < 0.0 || *share > 1.0) {
         throw bad_flag(flag, value, "must be a number in [0, 1]");
     }
-    return share;
+    return *share;
 }
 
 }  // namespace
-
-bool is_placement_flag(const std::string & flag) {
-    return flag == "--rpc" || flag == "--override-tensor" || flag == "--experts-in-host" || flag == "--rpc-listen";
-}
 
 void parse_placement_flag(const std::string & flag, const std::string & value, PlacementOptions & opts) {
     if (flag == "--rpc") {
@@ -88,6 +82,8 @@ void parse_placement_flag(const std::string & flag, const std::string & value, P
             throw bad_flag(flag, value, "expected HOST:PORT, e.g. " + std::string(PlacementOptions::kDefaultRpcListen));
         }
         opts.rpc_listen = value;
+    } else {
+        throw ProtocolError(ErrorCode::kBadFlag, flag + " is not a placement flag");
     }
 }
 
@@ -105,23 +101,6 @@ void check_placement_flags(Role role, const PlacementOptions & opts) {
         throw ProtocolError(ErrorCode::kBadFlag,
                             "lucerna-ds4-shard serves a device; --rpc and --override-tensor are target flags");
     }
-}
-
-bool split_endpoint(const std::string & endpoint, std::string & host, int & port) {
-    const size_t colon = endpoint.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
-        return false;
-    }
-    const std::string port_text = endpoint.substr(colon + 1);
-    errno = 0;
-    char * end = nullptr;
-    const long parsed = std::strtol(port_text.c_str(), &end, 10);
-    if (*end != '\0' || errno == ERANGE || parsed < 1 || parsed > 65535) {
-        return false;
-    }
-    host = endpoint.substr(0, colon);
-    port = static_cast<int>(parsed);
-    return true;
 }
 
 }  // namespace lucerna

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "daemon/log.h"
 #include "engine/engine.h"
+#include "engine/log.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "wire/errors.h"

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/args.h"
+#include "engine/options.h"
 #include "llama-cpp.h"
 #include "llama.h"
 

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <stdexcept>
 
-#include "daemon/log.h"
 #include "engine/gguf_probe.h"
+#include "engine/log.h"
 #include "ggml-backend.h"
 #include "wire/errors.h"
 // llama-ext.h (the engine's staging API) is the only way to ask which devices a loaded
@@ -151,11 +150,12 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
         cparams.n_ubatch = cparams.n_batch;
         cparams.n_seq_max = static_cast<uint32_t>(opts.parallel);
         // One KV stream per sequence (n_ctx / parallel cells each), not one unified
-        // buffer: a sequence's cells then sit at the indices a solo run gives them, so
-        // attention sums its terms in the same order whatever the other sequences hold
-        // (PROTOCOL.md 9.4: measured, a unified cache interleaves the sequences' cells
-        // and changes greedy tokens). With one sequence the two are the same.
-        cparams.kv_unified = opts.parallel == 1 || std::getenv("LUCERNA_KV_UNIFIED") != nullptr;
+        // buffer: a sequence's cells then sit at the indices a solo run gives them, so a
+        // sequence decoded alone computes bit for bit what a --parallel 1 daemon does,
+        // whatever the others hold (PROTOCOL.md 9.4, measured). A unified buffer would
+        // interleave the sequences' cells and change the order attention sums them in.
+        // With one sequence the two are the same.
+        cparams.kv_unified = opts.parallel == 1;
         cparams.flash_attn_type = static_cast<llama_flash_attn_type>(opts.flash_attn);
         cparams.type_k = kv_cache_type(opts.kv_type);
         cparams.type_v = cparams.type_k;

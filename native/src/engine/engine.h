@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/args.h"
+#include "engine/options.h"
 #include "engine/placement.h"
 #include "llama-cpp.h"
 #include "llama.h"

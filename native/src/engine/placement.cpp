@@ -12,7 +12,7 @@
 #include <regex>
 #include <set>
 
-#include "daemon/log.h"
+#include "engine/log.h"
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "gguf.h"

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/placement_flags.h"
+#include "engine/options.h"
 #include "llama.h"
 
 namespace lucerna {

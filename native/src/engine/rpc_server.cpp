@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <vector>
 
-#include "commands/stats.h"
-#include "daemon/log.h"
-#include "daemon/placement_flags.h"
+#include "engine/log.h"
+#include "engine/options.h"
 #include "engine/placement.h"
+#include "engine/resident_set.h"
 #include "wire/errors.h"
 
 namespace lucerna {

@@ -9,7 +9,7 @@
 #include <new>
 #include <vector>
 
-#include "daemon/log.h"
+#include "engine/log.h"
 #include "wire/errors.h"
 #include "wire/fd_io.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/args.h"
+#include "engine/options.h"
 #include "engine/snapshots.h"
 
 namespace lucerna {

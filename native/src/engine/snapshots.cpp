@@ -8,31 +8,27 @@
 
 #include <algorithm>
 #include <new>
+#include <optional>
 
-#include "daemon/log.h"
 #include "engine/engine.h"
+#include "engine/log.h"
 #include "wire/errors.h"
+#include "wire/numbers.h"
 
 namespace lucerna {
-namespace {
-
-bool is_plain_decimal(const std::string & word) {
-    return !word.empty() && word.size() <= 10 &&
-           std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-}  // namespace
 
 int32_t SnapshotStore::parse_slot(const std::string & word) const {
     const std::string range = "0.." + std::to_string(n_slots() - 1);
-    if (!is_plain_decimal(word)) {
+    // An integer of the number grammar (wire/numbers.h) without a sign: a slot is never
+    // negative, and "-1" is not a number in the range rather than outside it.
+    const std::optional<int64_t> slot = word.rfind('-', 0) == 0 ? std::nullopt : parse_integer(word);
+    if (!slot) {
         throw ProtocolError(ErrorCode::kBadSlot, "slot '" + word + "' is not a number in " + range);
     }
-    const long long slot = std::stoll(word);
-    if (slot >= n_slots()) {
+    if (*slot >= n_slots()) {
         throw ProtocolError(ErrorCode::kBadSlot, "slot " + word + " is outside " + range);
     }
-    return static_cast<int32_t>(slot);
+    return static_cast<int32_t>(*slot);
 }
 
 const Snapshot & SnapshotStore::at(int32_t slot) const {

@@ -1,24 +1,11 @@
 #include "engine/speculative.h"
 
-#include <algorithm>
-#include <chrono>
-#include <vector>
+#include <memory>
+#include <utility>
 
-#include "daemon/log.h"
-#include "daemon/session.h"
-#include "engine/emit.h"
-#include "engine/engine.h"
-#include "engine/sampling.h"
-#include "wire/errors.h"
+#include "engine/log.h"
 
 namespace lucerna {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point since) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
-}
-
-}  // namespace
 
 Speculator::Speculator(const DaemonOptions & opts, int32_t n_vocab) : opts_(opts) {
     if (!opts.oracle_path.empty()) {
@@ -71,95 +58,6 @@ void Speculator::detach() {
 void Speculator::attach(llama_context * target) {
     if (draft_) {
         draft_->attach(target, opts_, block_size());
-    }
-}
-
-void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & emitter, Batch & batch,
-                        SpecCounters & counters) {
-    llama_context * ctx = session.engine.context.get();
-    llama_memory_t memory = llama_get_memory(ctx);
-    LiveSequence & live = session.live;
-    Speculator & spec = session.spec;
-    DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
-    OracleProposer * oracle = spec.oracle();
-    const int32_t block = spec.block_size();
-
-    std::vector<llama_token> proposals;
-    std::vector<int32_t> committed;  // for the oracle: the live tokens plus `last`
-    std::optional<llama_token> picked = picker.pick(live.last_logits(ctx));
-    if (!emitter.emit(picked, live.last_logits(ctx))) {
-        return;
-    }
-    llama_token last = *picked;
-    while (true) {
-        const llama_pos n = live.size();  // where `last` goes
-        // A step commits at most k + 1 tokens; never propose past what may be written.
-        const int32_t k = std::max(0, std::min(block - 1, emitter.remaining() - 1));
-        proposals.clear();
-        if (k > 0 && draft != nullptr) {
-            const auto t_draft = std::chrono::steady_clock::now();
-            draft->propose(last, n, k, proposals);
-            counters.draft_ms += ms_since(t_draft);
-        }
-        if (k > 0 && oracle != nullptr) {
-            committed = live.tokens();
-            committed.push_back(last);
-            oracle->propose(committed, k, proposals);  // replaces the draft's, if it ran
-        }
-
-        batch.clear();
-        batch.add(last, n, /*want_logits =*/true);
-        for (int32_t i = 0; i < k; ++i) {
-            batch.add(proposals[static_cast<size_t>(i)], n + 1 + i, /*want_logits =*/true);
-        }
-        const int32_t rc = llama_decode(ctx, batch.get());
-        if (rc != 0) {
-            throw ProtocolError(ErrorCode::kDecodeFailed,
-                                "llama_decode failed during a verify step (code " + std::to_string(rc) + ")");
-        }
-
-        // Row r holds the logits after the token at position n + r; its pick is committed,
-        // and the next row is only meaningful while that pick is the proposal there.
-        int32_t row = 0;
-        uint64_t accepted = 0;
-        bool more = true;
-        while (true) {
-            const float * logits = llama_get_logits_ith(ctx, row);
-            picked = picker.pick(logits);
-            more = emitter.emit(picked, logits);
-            if (more && row < k && *picked == proposals[static_cast<size_t>(row)]) {
-                ++accepted;
-                ++row;
-                continue;
-            }
-            break;
-        }
-        if (more) {
-            last = *picked;
-        }
-        // Rows 0..row are committed positions; everything decoded after them goes.
-        const int32_t kept = row + 1;
-        if (kept < k + 1 && !llama_memory_seq_rm(memory, 0, n + kept, -1)) {
-            throw ProtocolError(ErrorCode::kDecodeFailed, "the engine could not roll the target back to position " +
-                                                              std::to_string(n + kept));
-        }
-        std::vector<int32_t> kept_tokens(static_cast<size_t>(kept));
-        kept_tokens[0] = batch.get().token[0];
-        std::copy(proposals.begin(), proposals.begin() + (kept - 1), kept_tokens.begin() + 1);
-        live.decoded(kept_tokens.data(), kept_tokens.size(), row);
-        if (draft != nullptr) {
-            const auto t_ingest = std::chrono::steady_clock::now();
-            draft->ingest(ctx, 0, kept, n);
-            counters.draft_ms += ms_since(t_ingest);
-        }
-        if (k > 0) {
-            ++counters.steps;
-            counters.proposed += static_cast<uint64_t>(k);
-            counters.accepted += accepted;
-        }
-        if (!more) {
-            return;
-        }
     }
 }
 

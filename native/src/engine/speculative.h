@@ -2,30 +2,8 @@
 // draft, or the benchmark-only oracle) guesses the next tokens, the target checks them
 // all in one decode, and the longest agreeing prefix is committed.
 //
-// One step, with `last` the picked token the target has not decoded yet, at position n:
-//   1. propose d1..dk (k <= block - 1, and no more than the request may still write);
-//   2. decode [last, d1..dk] at n..n+k in one batch with logits for every row;
-//   3. pick from row 0, 1, ... with the request's own TokenPicker, exactly as the
-//      autoregressive loop picks from each step's logits; each pick is written at once;
-//      continue to row i+1 only while the pick at row i equals d(i+1);
-//   4. keep positions n..n+i (rows whose tokens are now committed) and roll the rest
-//      back: llama_memory_seq_rm, which drops the KV cells and, for the hybrid qwen35
-//      target, points the Gated DeltaNet and conv state at the copy the engine kept for
-//      position n+i (n_rs_seq, see engine/engine.cpp); the pick at row i is the new `last`.
-//   5. the draft ingests the target's captured features for n..n+i.
-//
-// Why it is lossless. Every committed token is one pick of the picker, in order, from
-// target logits conditioned on exactly the committed prefix: greedy picks the argmax
-// the autoregressive loop would pick, and sampling draws once per committed token from
-// the same chain (penalties, top-k/p, min-p, temperature, grammar) with the same seeded
-// generator, so the output distribution is the target's, and a seed reproduces the run.
-// (This is verification by resampling. For a draft that proposes one token per position,
-// as a greedy draft does, it accepts a proposal with probability p_target(d), the same
-// as rejection sampling with a one-hot draft distribution would.) The proposals only
-// decide how many positions one target decode covers. Numerically, a row of a verify
-// batch is computed in a batch of another size than an autoregressive step (CPU matmul
-// and the chunked Gated DeltaNet kernel round differently), so logits agree to float
-// rounding, not bit for bit; the tests check that the tokens agree.
+// The decode loop that uses it is commands/decode_speculative.h, which says how one
+// step goes and why it is lossless.
 #pragma once
 
 #include <cstdint>
@@ -35,11 +13,6 @@
 #include "engine/oracle.h"
 
 namespace lucerna {
-
-struct Session;
-class TokenEmitter;
-class TokenPicker;
-class Batch;
 
 // Counters of one request or of the daemon's life (`stats`).
 struct SpecCounters {
@@ -101,10 +74,5 @@ private:
     std::unique_ptr<DflashDraft> draft_;
     uint64_t draft_model_bytes_ = 0;  // as loaded; park does not change it
 };
-
-// Decodes from the live sequence (prompt prefilled, its logits current) until the
-// emitter says stop, speculatively. Adds this request's counters to `counters`.
-void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & emitter, Batch & batch,
-                        SpecCounters & counters);
 
 }  // namespace lucerna

@@ -1,13 +1,13 @@
 #include "wire/token_refs.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 
 #include "wire/errors.h"
+#include "wire/numbers.h"
 #include "wire/wire.h"
 
 namespace lucerna {
@@ -45,18 +45,12 @@ std::vector<int32_t> parse_id_list(const std::string & text, const char * what) 
     while (true) {
         const size_t comma = text.find(',', start);
         const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        // int32 decimals only: an optional '-' and digits (no '+', spaces or hex).
-        const size_t digits_from = !item.empty() && item[0] == '-' ? 1 : 0;
-        const bool plain = item.size() > digits_from &&
-                           item.find_first_not_of("0123456789", digits_from) == std::string::npos;
-        errno = 0;
-        char * end = nullptr;
-        const long long value = std::strtoll(item.c_str(), &end, 10);
-        if (!plain || *end != '\0' || errno == ERANGE || value < std::numeric_limits<int32_t>::min() ||
-            value > std::numeric_limits<int32_t>::max()) {
+        // int32 integers of the number grammar (wire/numbers.h), no '+': section 4.
+        const std::optional<int64_t> value = parse_integer(item);
+        if (!value || *value < std::numeric_limits<int32_t>::min() || *value > std::numeric_limits<int32_t>::max()) {
             throw ProtocolError(ErrorCode::kBadArgs, std::string(what) + ": '" + item + "' is not a token id");
         }
-        ids.push_back(static_cast<int32_t>(value));
+        ids.push_back(static_cast<int32_t>(*value));
         if (comma == std::string::npos) {
             break;
         }

@@ -1,12 +1,11 @@
 #include "wire/wire.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
 
 #include "wire/fd_io.h"
+#include "wire/numbers.h"
 
 namespace lucerna {
 namespace {
@@ -60,21 +59,6 @@ std::string decode_or_throw(std::string_view word) {
         c_string_value(*decoded, ErrorCode::kBadArgs, "value");
     }
     return *decoded;
-}
-
-// Plain decimals only (PROTOCOL.md section 3): no leading '+', spaces, hex or inf/nan,
-// which strtoll/strtod would otherwise accept.
-bool is_plain_integer(const std::string & text) {
-    const size_t start = !text.empty() && text[0] == '-' ? 1 : 0;
-    return text.size() > start &&
-           std::all_of(text.begin() + static_cast<std::ptrdiff_t>(start), text.end(),
-                       [](char c) { return c >= '0' && c <= '9'; });
-}
-
-bool is_plain_decimal(const std::string & text) {
-    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-        return (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E';
-    });
 }
 
 }  // namespace
@@ -230,24 +214,20 @@ const std::string & c_string_value(const std::string & value, ErrorCode error, s
 }
 
 int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max) {
-    errno = 0;
-    char * end = nullptr;
-    const long long parsed = std::strtoll(value.c_str(), &end, 10);
-    if (!is_plain_integer(value) || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) {
+    const std::optional<int64_t> parsed = parse_integer(value);  // no '+' (PlusSign::kRefused)
+    if (!parsed || *parsed < min || *parsed > max) {
         throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " is not an integer in [" +
                                                      std::to_string(min) + ", " + std::to_string(max) + "]");
     }
-    return parsed;
+    return *parsed;
 }
 
 double parse_float(std::string_view key, const std::string & value) {
-    errno = 0;
-    char * end = nullptr;
-    const double parsed = std::strtod(value.c_str(), &end);
-    if (!is_plain_decimal(value) || *end != '\0' || errno == ERANGE || !std::isfinite(parsed)) {
+    const std::optional<double> parsed = parse_decimal(value);
+    if (!parsed) {
         throw ProtocolError(ErrorCode::kBadArgs, std::string(key) + "=" + value + " is not a finite number");
     }
-    return parsed;
+    return *parsed;
 }
 
 bool parse_bool01(std::string_view key, const std::string & value) {

@@ -54,8 +54,9 @@ std::string first_word(std::string_view line);
 // file it writes, ...), since no file and no grammar can hold what was asked for.
 const std::string & c_string_value(const std::string & value, ErrorCode error, std::string_view what);
 
-// Strict value parsers for options (plain decimals only); they throw bad_args naming
-// the key.
+// Option values in the number grammar of wire/numbers.h; they throw bad_args naming the
+// key. parse_int takes integers without '+' in [min, max]; parse_float any finite
+// decimal (callers check their own range).
 int64_t parse_int(std::string_view key, const std::string & value, int64_t min, int64_t max);
 double parse_float(std::string_view key, const std::string & value);
 bool parse_bool01(std::string_view key, const std::string & value);

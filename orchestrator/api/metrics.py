@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.generation import Event, Finished
+from orchestrator.events import Event, Finished
 from orchestrator.models import ModelRegistry, ServedModel
 from orchestrator.slots import SlotClient
 from orchestrator.supervisor import DaemonState

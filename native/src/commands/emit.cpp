@@ -1,4 +1,4 @@
-#include "engine/emit.h"
+#include "commands/emit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -77,6 +77,16 @@ void TokenEmitter::logprob_record(llama_token token, const float * logits) {
     for (const auto & [logit, id] : top_) {
         record_.push_back(id);
         record_.push_back(bits(logit));
+    }
+}
+
+void TokenEmitter::emit_prompt(llama_token token, const float * logits) {
+    if (logits == nullptr) {
+        throw ProtocolError(ErrorCode::kDecodeFailed, "no logits to take a prompt token's log-probability from");
+    }
+    logprob_record(token, logits);
+    if (!(req_.seq >= 0 ? write_framed(record_) : session_.stream.write(record_))) {
+        throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
     }
 }
 

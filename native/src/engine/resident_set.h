@@ -1,4 +1,5 @@
-// Facts about this process for `stats` (PROTOCOL.md 5.3).
+// The process's resident memory, for `stats` (PROTOCOL.md 5.3) and the ds4 shard's
+// growth check (engine/rpc_server.cpp).
 #pragma once
 
 #include <cstdint>

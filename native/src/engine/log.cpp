@@ -1,4 +1,4 @@
-#include "daemon/log.h"
+#include "engine/log.h"
 
 #include <cstdarg>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // What happens to each token a generation picks (PROTOCOL.md 5.1), shared by the
-// autoregressive loop and the speculative one (engine/speculative.h), so both stop on the
-// same rules in the same order: grammar complete, end of generation, stop ids, n_gen,
-// cancel.
+// autoregressive loop and the speculative one (commands/decode_speculative.h), so both
+// stop on the same rules in the same order: grammar complete, end of generation, stop
+// ids, n_gen, cancel.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,11 @@ public:
     // Protocol 2 (PROTOCOL.md 9.2): writes the record that ends this sequence's output,
     // `[seq, -1]`. Returns false if the reader is gone.
     bool end_framed();
+
+    // prompt_logprobs: writes the record of prompt token `token` from the logits of the
+    // position before it (PROTOCOL.md 5.1). It is no output: n_out() does not count it.
+    // Throws io_failed.
+    void emit_prompt(llama_token token, const float * logits);
 
     // Ends the generation before any pick (a cancel that came during prefill).
     void cancel() { finish_ = Finish::kCancelled; }

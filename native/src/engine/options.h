@@ -1,0 +1,76 @@
+// What a daemon was started with (PROTOCOL.md section 1), as the engine uses it: the
+// model, the context and batch sizes, the numerics, the speculative decoding files and
+// where the weights go. daemon/args.cpp and daemon/placement_flags.cpp parse the
+// command line into these; they live here, below daemon/, because engine/ loads with
+// them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wire/constants.h"
+
+namespace lucerna {
+
+// One --override-tensor entry: tensors whose name matches `pattern` (std::regex,
+// searched anywhere in the name, as the engine does) go to the device `device`.
+struct TensorOverride {
+    std::string pattern;
+    std::string device;
+};
+
+struct PlacementOptions {
+    std::vector<std::string> rpc_servers;   // --rpc, each "HOST:PORT", in order: RPC0, RPC1, ...
+    std::vector<TensorOverride> overrides;  // --override-tensor, first match wins
+    std::optional<double> experts_in_host;  // --experts-in-host (laguna), in [0, 1]
+    std::optional<std::string> rpc_listen;  // --rpc-listen (ds4_shard), "HOST:PORT"
+
+    // The shard's endpoint when --rpc-listen is left out.
+    static constexpr const char * kDefaultRpcListen = "127.0.0.1:50052";
+};
+
+struct DaemonOptions {
+    std::string model_path;
+    int stream_fd = -1;        // -1: no stream fd
+    int32_t n_ctx = 4096;      // clamped to the model's n_ctx_train after loading
+    int32_t n_threads = 0;     // 0: hardware concurrency
+    int32_t n_gpu_layers = 999;  // all; negative also means all
+    uint32_t seed = 0;         // default seed of sampled generation
+    // Prefill batch: prefill splits at absolute positions that are multiples of it, so a
+    // restore from a chunk-aligned snapshot feeds the engine the batches an
+    // uninterrupted run did (PROTOCOL.md 5.5). Also the engine's n_batch and n_ubatch.
+    int32_t chunk = 512;
+    int32_t n_slots = kDefaultSlots;  // snapshot slots 0 .. n_slots-1
+    // --parallel: sequences that decode together in one engine context (PROTOCOL.md 9),
+    // numbered 0 .. parallel-1. Each has its own share of the KV cache (n_ctx / parallel
+    // cells) and its own recurrent state.
+    int32_t parallel = 1;
+    int64_t max_line = 1 << 20;    // longest command line in bytes (line_too_long beyond)
+    PlacementOptions placement;  // --rpc, --override-tensor, --experts-in-host, --rpc-listen
+
+    // The engine's attention numerics: --flash-attn=auto|on|off (auto: the engine
+    // decides) and --kv-type=f16|f32|bf16|q8_0 for the K and V cache. On CPU a batched
+    // decode and a single-token one round differently with flash attention or an F16
+    // cache; speculative decoding's exactness tests turn both off (PROTOCOL.md 5.9).
+    int32_t flash_attn = -1;  // llama_flash_attn_type: -1 auto, 0 off, 1 on
+    std::string kv_type = "f16";
+
+    // Speculative decoding (qwen35 role, PROTOCOL.md 5.9).
+    std::string draft_path;        // --draft: DFlash draft GGUF; empty: none
+    // --draft-block-size: tokens per verify step (the last committed token plus
+    // block - 1 proposals). 0 on the command line means "the draft's dflash.block_size";
+    // the daemon resolves it before loading anything (resolve_block_size), so from then
+    // on it is the block every speculative step uses.
+    int32_t draft_block_size = 0;
+    std::string oracle_path;       // --draft-oracle: benchmark-only transcript proposer
+    double oracle_accept = 0.0;    // --oracle-accept: mean acceptance length it aims at; 0: block
+
+    bool speculative() const { return !draft_path.empty() || !oracle_path.empty(); }
+};
+
+// Splits "HOST:PORT" (port 1..65535, host non-empty). Returns false if malformed.
+bool split_endpoint(const std::string & endpoint, std::string & host, int & port);
+
+}  // namespace lucerna

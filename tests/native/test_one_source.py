@@ -1,0 +1,87 @@
+"""Every copy of a fact the daemons and the Python side share, held to PROTOCOL.md.
+
+Error codes, startup exit codes, roles and their architectures, the commands (and
+whether they stream, need the weights, which roles list them), the flags and the
+protocol constants are written in C++ (native/src), in Python (protocol/, daemons/,
+orchestrator/) and in the document. The document is the source; these tests read it
+and every copy (tests/native/sources.py), so a copy that drifts fails here, and so does
+a command added to the native table but not to the document.
+"""
+
+from __future__ import annotations
+
+import re
+
+from daemons.roles import DEFAULT_SLOTS, ROLES
+from orchestrator.config._keys import ModelKeys
+from protocol import MAX_LOGPROBS, MAX_PARALLEL, PROTOCOL_VERSION, ErrorCode
+from tests.native import sources
+
+
+def test_error_codes() -> None:
+    doc = sources.doc_error_codes()
+    assert len(doc) == len(set(doc))
+    assert [code.value for code in ErrorCode] == doc
+    names = sources.native_error_names()
+    assert sorted(names) == sorted(sources.native_error_enum())  # every member has its name
+    assert sorted(names.values()) == sorted(doc)
+
+
+def test_startup_exit_codes() -> None:
+    doc = sources.doc_exit_codes()
+    assert {code.value: code.exit_code for code in ErrorCode if code.exit_code is not None} == doc
+    names = sources.native_error_names()
+    assert {names[member]: status for member, status in sources.native_exit_codes().items()} == doc
+    # Every other code ends a failed startup with 1 (section 2's "exits non-zero").
+    assert "default: return 1;" in sources.native_source("wire/errors.cpp")
+
+
+def test_roles() -> None:
+    doc = {role.name: role for role in sources.doc_roles()}
+    native = {role.name: role for role in sources.native_roles()}
+    assert list(native) == list(doc) and set(ROLES) == set(doc)
+    for name, role in doc.items():
+        assert native[name].executable == role.executable == ROLES[name].executable
+        assert native[name].architectures == role.architectures  # the order of wrong_arch's message
+        assert ROLES[name].architectures == frozenset(role.architectures)
+
+
+def test_commands_match_the_document() -> None:
+    table = sources.native_commands()
+    assert len({c.name for c in table}) == len(table)
+    doc = sources.doc_commands()
+    assert {c.name: c.stream for c in table} == {c.name: c.stream for c in doc}
+    assert {c.name for c in table if c.needs_weights} == sources.doc_parked_commands()
+    # The reader numbers the generations a cancel stops, and acts on cancel itself.
+    assert {c.name for c in table if c.on_read == "NumberGeneration"} == {"generate", "restore"}
+    assert [c.name for c in table if c.on_read == "Cancel"] == ["cancel"]
+
+
+def test_capabilities_match_the_document() -> None:
+    doc = sources.doc_capabilities()
+    roles = sources.native_roles()
+    assert {role.name for role in roles} == set(doc)
+    for role in roles:
+        assert sources.native_capabilities(role) == doc[role.name], role.name
+    # What a role does not list it refuses with `unsupported`, not `unknown_command`:
+    # every protocol command is in the table, listed for some role or an alias (exit).
+    unlisted = {c.name for c in sources.native_commands() if not c.listed}
+    assert unlisted == {"exit"}
+
+
+def test_flags_match_the_document() -> None:
+    assert sorted(sources.native_flags()) == sorted(sources.doc_flags())
+
+
+def test_protocol_constants() -> None:
+    native = sources.native_constants()
+    assert sources.doc_protocol_version() == PROTOCOL_VERSION == native["kProtocolVersion"]
+    assert sources.doc_max_logprobs() == MAX_LOGPROBS == native["kMaxLogprobs"]
+    low, high = sources.doc_draft_block_range()
+    assert high == native["kMaxDraftBlock"]
+    block = ModelKeys.DRAFT_BLOCK_SIZE
+    assert (block.low, block.high) == (low, high)  # the config's draft_block_size bounds
+    slots = sources.doc_flag_row("--slots")[1]
+    assert int(slots) == DEFAULT_SLOTS == native["kDefaultSlots"]
+    parallel = re.findall(r"`1\.\.(\d+)`", sources.doc_flag_row("--parallel")[2])
+    assert [int(p) for p in parallel] == [MAX_PARALLEL] == [native["kMaxParallel"]]
