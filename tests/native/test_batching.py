@@ -27,6 +27,7 @@ What equality holds was measured on this CPU build (issue 21 item 3), with logpr
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import time
 from pathlib import Path
@@ -546,3 +547,21 @@ def test_fuzz_lines_against_running_sequences(
     assert counts["accepted"] > 500 and counts["max_running"] == 4 and counts["waited"] > 20
     assert counts["beside_running"] > 6_000
     assert daemon.quit() == 0
+
+
+def test_sigterm_cancels_running_sequences_and_exits_0(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], ONE_THREAD, "--parallel=3",
+                   "--n-ctx=1536")  # fmt: skip
+    daemon.ready()
+    lanes = Lanes(daemon)
+    for seq in range(3):
+        lanes.start(f"generate {ids(PROMPTS[seq])} 480 ignore_eos=1", seq)
+    while not lanes.tokens.get(2):
+        lanes.pump_stream(timeout=0.05)
+    daemon.proc.send_signal(signal.SIGTERM)
+    lanes.wait_done({0, 1, 2})
+    assert all("finish=cancelled" in lanes.done[seq] for seq in range(3)), lanes.done
+    assert all(len(lanes.tokens.get(seq, [])) < 480 for seq in range(3))
+    assert daemon.wait() == 0
