@@ -35,6 +35,7 @@ from orchestrator.events import (
     Event,
     Finished,
     GenerationRequest,
+    PromptLogprobs,
     ReasoningDelta,
     Speculation,
     TextDelta,
@@ -170,8 +171,9 @@ def completion_budget(model: ServedModel, request: GenerationRequest) -> int:
     room = n_ctx - n_prompt
     wanted = request.max_tokens if request.max_tokens is not None else room
     # Like llama-server, a max_tokens beyond the context is clamped to what fits
-    # rather than refused; finish_reason "length" tells the client it was cut.
-    return max(1, min(wanted, room, model.output_cap))
+    # rather than refused; finish_reason "length" tells the client it was cut. Scoring
+    # the prompt (its logprobs) may generate nothing.
+    return max(0 if request.prompt_logprobs else 1, min(wanted, room, model.output_cap))
 
 
 def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
@@ -267,6 +269,9 @@ async def generate_events(
 
     cache = model.prefix_cache
     client = None
+    # The prompt's records come before any generated token, so a daemon that dies
+    # after they were yielded leaves nothing of them to redo.
+    prompt_scored = not request.prompt_logprobs
     while True:
         if budget_spent():
             # Close the block as the template writes it; the model goes on to the answer.
@@ -281,6 +286,8 @@ async def generate_events(
             if len(generated) >= n_gen:
                 break
         try:
+            if prompt_scored and len(generated) >= n_gen:
+                break  # only the prompt's logprobs were asked for, and they are out
             client = await model.supervisor.wait_ready(RESTART_WAIT_S)
             prompt = request.prompt + generated
             snap = await cache.before_generate(client, prompt, request.marks) if cache else None
@@ -291,9 +298,15 @@ async def generate_events(
                     grammar=request.grammar,
                     json_schema=request.json_schema,
                     snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
-                    logprobs=request.logprobs,
+                    logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
                 ) as stream:
                     on_started()
+                    if not prompt_scored:
+                        records = await stream.read_prompt_logprobs()
+                        prompt_scored = True
+                        scored = PromptLogprobs(tuple(_token_logprob(pieces, r) for r in records))
+                        model.observe(scored)
+                        yield scored
                     async for token in stream:
                         generated.append(token)
                         if splitter is not None and splitter.reasoning:
