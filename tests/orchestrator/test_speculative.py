@@ -126,3 +126,36 @@ def test_logprobs_with_a_draft_are_the_autoregressive_ones(
                 assert response.status_code == 200, response.text
                 got.append(response.json()["choices"][0]["logprobs"]["content"])
             assert got[1] == got[0]
+
+
+def echo_stream(server: LucernaServer, kill_after: int | None = None) -> list[dict[str, Any]]:
+    """Stream an echo with logprobs; SIGKILL the daemon after ``kill_after`` chunks."""
+    pid = httpx.get(f"{server.base_url}/health").json()["models"][MODEL]["pid"]
+    blocks: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{server.base_url}/v1/completions", timeout=120, json={
+            "model": MODEL, "prompt": PROMPTS[1], "max_tokens": MAX_TOKENS, "temperature": 0,
+            "echo": True, "logprobs": 2, "stream": True}) as response:
+        for chunk in openai_chunks(response):
+            if chunk["choices"] and chunk["choices"][0]["logprobs"]:
+                blocks.append(chunk["choices"][0]["logprobs"])
+                if kill_after is not None and len(blocks) == kill_after:
+                    os.kill(pid, signal.SIGKILL)
+    return blocks
+
+
+@pytest.mark.slow
+def test_an_echo_resumed_after_a_daemon_kill_scores_the_prompt_once(
+    servers: tuple[LucernaServer, LucernaServer],
+) -> None:
+    """The prompt's entries come once, in the echo chunk; the restarted daemon resumes
+    the completion without scoring the prompt again (same tokens; the first value after
+    the resume comes from a prefill row, so to the engine's batch rounding)."""
+    _, drafted = servers
+    whole = echo_stream(drafted)
+    resumed = echo_stream(drafted, kill_after=2)
+    assert "resuming on the restarted daemon" in drafted.log()
+    assert resumed[0] == whole[0]  # the echo chunk: every prompt token's entry
+    tokens = [[t for b in blocks[1:] for t in b["tokens"]] for blocks in (whole, resumed)]
+    assert tokens[1] == tokens[0] and len(tokens[0]) == MAX_TOKENS
+    values = [[v for b in blocks[1:] for v in b["token_logprobs"]] for blocks in (whole, resumed)]
+    assert values[1] == pytest.approx(values[0], abs=1e-2)
