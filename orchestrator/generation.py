@@ -13,9 +13,12 @@ Recovery: when the daemon dies mid-request the supervisor restarts it; the reque
 then continues on the new daemon by prefilling the prompt plus every token it had
 already generated, and carries on from there. The client sees one uninterrupted
 stream (under greedy decoding, the same tokens an uninterrupted run gives). A
-request whose daemon had produced nothing yet is simply retried. Each request
-recovers at most ``MAX_RECOVERIES`` times, so a request that itself kills its
-daemon cannot crash-loop it.
+request whose daemon had produced nothing yet is simply retried. A request survives
+``MAX_RECOVERIES`` deaths in a row, a row being deaths with no token generated
+between them: a daemon killed now and then (an OOM killer under memory pressure)
+costs the stream nothing however long it runs, while a *poison* request, one whose
+own prompt kills the daemon each time, ends with a clean 503 and an error log of what
+is known of it instead of crash-looping the daemon under every other stream.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ __all__ = [
 
 log = logging.getLogger("lucerna.generation")
 
-MAX_RECOVERIES = 1
+MAX_RECOVERIES = 2
 RESTART_WAIT_S = 120.0
 
 
@@ -238,6 +241,7 @@ async def generate_events(
     parser = request.parser_factory() if request.parser_factory else None
     generated: list[int] = []
     recoveries = 0
+    deaths_in_a_row, generated_at_death = 0, -1
     summary = None
     saw_tool_call = False
     plan = request.reasoning
@@ -330,9 +334,16 @@ async def generate_events(
                 model.remember_reply(generated)
             break
         except DaemonDiedError as exc:
-            if recoveries >= MAX_RECOVERIES:
+            deaths_in_a_row = 1 if len(generated) > generated_at_death else deaths_in_a_row + 1
+            generated_at_death = len(generated)
+            if deaths_in_a_row > MAX_RECOVERIES:
+                log.error("model %s: poison request: its daemon died %d times in a row under "
+                          "it with no token between (prompt %d tokens, %d generated, %s; "
+                          "last: %s)", model.name, deaths_in_a_row, len(request.prompt),
+                          len(generated), request.sampling, exc)
                 raise ServiceUnavailableError(
-                    f"model {model.name!r} became unavailable during generation: {exc}"
+                    f"model {model.name!r} became unavailable during generation: its daemon "
+                    f"died {deaths_in_a_row} times in a row under this request ({exc})"
                 ) from exc
             recoveries += 1
             log.warning("model %s: daemon died mid-request after %d generated tokens; %s on "
