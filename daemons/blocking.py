@@ -1,7 +1,7 @@
 """One daemon over its stdin protocol, blocking: for scripts.
 
 For the GPU scripts in bin/ (``gpu-dflash-bench``, ``gpu-h200-bench``,
-``prefix-reuse-divergence``), which run on bare benchmark machines: no trio, only the
+``greedy-divergence``), which run on bare benchmark machines: no trio, only the
 standard library and protocol/ (whose one dependency, msgpack, Lucerna installs). The
 orchestrator drives daemons with the Trio client in ``daemons.client``; this is not a
 second client for it.

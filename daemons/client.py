@@ -131,6 +131,11 @@ class DaemonClient:
         return self._daemon.argv
 
     @property
+    def stream_bytes(self) -> int:
+        """Bytes the daemon has written to its stream fd (tokens, mostly) so far."""
+        return self._daemon.stream_bytes
+
+    @property
     def ready(self) -> ReadyInfo | None:
         """The ready line (set once ``open_daemon`` yields the client)."""
         return self._daemon.ready

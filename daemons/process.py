@@ -99,6 +99,8 @@ class DaemonProcess:
         """The ready line; set before ``open_daemon_process`` yields."""
         self.exited = trio.Event()
         self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self.stream_bytes = 0
+        """Bytes read from the stream fd so far: the supervisor's sign of progress."""
         self._stream = stream
         self._lines_send, self._lines_recv = trio.open_memory_channel[bytes](_REPLY_QUEUE)
         self._quitting = False
@@ -161,6 +163,7 @@ class DaemonProcess:
         if not data:
             await self._await_exit_briefly()
             raise self.died()
+        self.stream_bytes += len(data)
         return data
 
     async def _await_exit_briefly(self) -> None:

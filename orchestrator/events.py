@@ -23,6 +23,7 @@ __all__ = [
     "Finished",
     "GenerationRequest",
     "OutputParser",
+    "PromptLogprobs",
     "ReasoningDelta",
     "Speculation",
     "TextDelta",
@@ -58,6 +59,16 @@ class TokenLogprob:
     token: bytes
     logprob: float
     top: tuple[tuple[bytes, float], ...]
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """The prompt tokens' log-probabilities (``GenerationRequest.prompt_logprobs``),
+    yielded once, before anything generated: one entry per prompt token after the
+    first (nothing predicts the first), each with the request's ``logprobs`` K
+    alternatives, from the same distribution as a generated token's."""
+
+    entries: tuple[TokenLogprob, ...]
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,7 @@ class Finished:
     reasoning_tokens: int = 0
 
 
-Event = TextDelta | ReasoningDelta | ToolCall | TokenLogprob | Finished
+Event = TextDelta | ReasoningDelta | ToolCall | TokenLogprob | PromptLogprobs | Finished
 
 
 class OutputParser(Protocol):
@@ -143,6 +154,10 @@ class GenerationRequest:
     # K: yield a TokenLogprob with the K most likely alternatives before each token's
     # text (0: the chosen token's alone); None: none.
     logprobs: int | None = None
+    # With ``logprobs``: yield the prompt's as one PromptLogprobs before anything else
+    # (legacy Completions echo); ``max_tokens`` may then be 0. Such a prefill reuses no
+    # held state (PROTOCOL.md 5.1).
+    prompt_logprobs: bool = False
     # A thinking model's reasoning block and budget (orchestrator/reasoning.py); None:
     # all output is answer.
     reasoning: ReasoningPlan | None = field(default=None, compare=False)

@@ -13,9 +13,12 @@ Recovery: when the daemon dies mid-request the supervisor restarts it; the reque
 then continues on the new daemon by prefilling the prompt plus every token it had
 already generated, and carries on from there. The client sees one uninterrupted
 stream (under greedy decoding, the same tokens an uninterrupted run gives). A
-request whose daemon had produced nothing yet is simply retried. Each request
-recovers at most ``MAX_RECOVERIES`` times, so a request that itself kills its
-daemon cannot crash-loop it.
+request whose daemon had produced nothing yet is simply retried. A request survives
+``MAX_RECOVERIES`` deaths in a row, a row being deaths with no token generated
+between them: a daemon killed now and then (an OOM killer under memory pressure)
+costs the stream nothing however long it runs, while a *poison* request, one whose
+own prompt kills the daemon each time, ends with a clean 503 and an error log of what
+is known of it instead of crash-looping the daemon under every other stream.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from orchestrator.events import (
     Event,
     Finished,
     GenerationRequest,
+    PromptLogprobs,
     ReasoningDelta,
     Speculation,
     TextDelta,
@@ -60,7 +64,7 @@ __all__ = [
 
 log = logging.getLogger("lucerna.generation")
 
-MAX_RECOVERIES = 1
+MAX_RECOVERIES = 2
 RESTART_WAIT_S = 120.0
 
 
@@ -170,8 +174,9 @@ def completion_budget(model: ServedModel, request: GenerationRequest) -> int:
     room = n_ctx - n_prompt
     wanted = request.max_tokens if request.max_tokens is not None else room
     # Like llama-server, a max_tokens beyond the context is clamped to what fits
-    # rather than refused; finish_reason "length" tells the client it was cut.
-    return max(1, min(wanted, room, model.output_cap))
+    # rather than refused; finish_reason "length" tells the client it was cut. Scoring
+    # the prompt (its logprobs) may generate nothing.
+    return max(0 if request.prompt_logprobs else 1, min(wanted, room, model.output_cap))
 
 
 def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
@@ -236,6 +241,7 @@ async def generate_events(
     parser = request.parser_factory() if request.parser_factory else None
     generated: list[int] = []
     recoveries = 0
+    deaths_in_a_row, generated_at_death = 0, -1
     summary = None
     saw_tool_call = False
     plan = request.reasoning
@@ -267,6 +273,9 @@ async def generate_events(
 
     cache = model.prefix_cache
     client = None
+    # The prompt's records come before any generated token, so a daemon that dies
+    # after they were yielded leaves nothing of them to redo.
+    prompt_scored = not request.prompt_logprobs
     while True:
         if budget_spent():
             # Close the block as the template writes it; the model goes on to the answer.
@@ -281,6 +290,8 @@ async def generate_events(
             if len(generated) >= n_gen:
                 break
         try:
+            if prompt_scored and len(generated) >= n_gen:
+                break  # only the prompt's logprobs were asked for, and they are out
             client = await model.supervisor.wait_ready(RESTART_WAIT_S)
             prompt = request.prompt + generated
             snap = await cache.before_generate(client, prompt, request.marks) if cache else None
@@ -291,9 +302,15 @@ async def generate_events(
                     grammar=request.grammar,
                     json_schema=request.json_schema,
                     snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
-                    logprobs=request.logprobs,
+                    logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
                 ) as stream:
                     on_started()
+                    if not prompt_scored:
+                        records = await stream.read_prompt_logprobs()
+                        prompt_scored = True
+                        scored = PromptLogprobs(tuple(_token_logprob(pieces, r) for r in records))
+                        model.observe(scored)
+                        yield scored
                     async for token in stream:
                         generated.append(token)
                         if splitter is not None and splitter.reasoning:
@@ -317,9 +334,16 @@ async def generate_events(
                 model.remember_reply(generated)
             break
         except DaemonDiedError as exc:
-            if recoveries >= MAX_RECOVERIES:
+            deaths_in_a_row = 1 if len(generated) > generated_at_death else deaths_in_a_row + 1
+            generated_at_death = len(generated)
+            if deaths_in_a_row > MAX_RECOVERIES:
+                log.error("model %s: poison request: its daemon died %d times in a row under "
+                          "it with no token between (prompt %d tokens, %d generated, %s; "
+                          "last: %s)", model.name, deaths_in_a_row, len(request.prompt),
+                          len(generated), request.sampling, exc)
                 raise ServiceUnavailableError(
-                    f"model {model.name!r} became unavailable during generation: {exc}"
+                    f"model {model.name!r} became unavailable during generation: its daemon "
+                    f"died {deaths_in_a_row} times in a row under this request ({exc})"
                 ) from exc
             recoveries += 1
             log.warning("model %s: daemon died mid-request after %d generated tokens; %s on "

@@ -5,15 +5,19 @@ through ``open_daemon``. Logs, /health, /status and /metrics all read the same
 record, which tells three endings apart:
 
 - a crash: the daemon was ready, then exited on its own or was killed by a signal.
-  It is restarted at once the first time, then with exponential backoff (capped);
-  a daemon that stayed up for ``healthy_after_s`` earns its backoff back.
+  It is restarted at once the first time, then with exponential backoff (capped).
+  A daemon that made progress before it died (it wrote tokens to its stream after it
+  came up ready) or stayed up for ``healthy_after_s`` was no crash loop: its crash
+  starts a new streak, so it is restarted at once. Under an OOM killer that takes a
+  serving daemon every second or two, restarts stay immediate and the server stays up;
+  only a daemon that cannot load, or dies before it serves anything, builds a streak.
 - a failed load: it never became ready (bad model, out of memory). Retried with the
   same backoff, since out-of-memory can pass when another process exits.
 - an intentional stop: we stopped it (shutdown); never restarted.
 - an unload: we stopped it while it was idle (``stop``, models on demand); its state
   is ``unloaded`` and the next ``start`` (a request's ``wait_ready``) brings it back.
 
-After ``max_failures`` consecutive failures without a healthy run in between the
+After ``max_failures`` consecutive failures without progress in between the
 supervisor gives up: its state becomes ``failed`` and ``run`` raises
 ``DaemonUnrecoverableError``, which makes the server exit non-zero so systemd's
 ``Restart=`` can take over. A daemon that was started on demand (``on_demand``, or
@@ -182,6 +186,7 @@ class Supervisor:
                 self.client = client
                 self.pid = client.pid
                 self.started_at = time.monotonic()
+                streamed_at_ready = client.stream_bytes
                 self._set(DaemonState.READY, f"pid {client.pid}")
                 if self.starts > 1:
                     log.warning("model %s: daemon restarted (restart %d), pid %d", self.name,
@@ -199,16 +204,17 @@ class Supervisor:
                 # Reached only when the daemon exited without being asked to.
                 self.client = None
                 up_s = time.monotonic() - self.started_at
-                if up_s >= self.policy.healthy_after_s:
-                    self._streak = 0
+                served = client.stream_bytes > streamed_at_ready
+                if served or up_s >= self.policy.healthy_after_s:
+                    self._streak = 0  # it made progress: not a crash loop
                 self._streak += 1
                 self.crashes += 1
                 self.last_exit = f"daemon pid {client.pid} {describe_exit(client.returncode)}"
                 tail = list(client.stderr_tail)[-3:]
                 if tail:
                     self.last_exit += f"; last stderr: {' | '.join(tail)}"
-                log.error("model %s: crash: %s after %.1f s up", self.name, self.last_exit,
-                          up_s)
+                log.error("model %s: crash: %s after %.1f s up%s", self.name, self.last_exit,
+                          up_s, "" if served else ", before it served anything")
         except DaemonStartError as exc:
             self.client = None
             self._streak += 1

@@ -11,14 +11,17 @@ the exact bytes, as OpenAI gives both.
   delta its text is in (a token whose text is still held back, by a stop string that
   might match, goes with the next delta or the last chunk).
 - Legacy Completions: ``logprobs`` (0-5, OpenAI's bound; up to 20 here) gives
-  ``tokens``, ``token_logprobs``, ``top_logprobs`` and ``text_offset``. ``echo`` with
-  logprobs would need the prompt's logprobs, which the daemon does not compute: 400.
+  ``tokens``, ``token_logprobs``, ``top_logprobs`` and ``text_offset``. With ``echo``
+  the prompt's tokens come first (the daemon's ``prompt_logprobs``), the first with
+  ``null`` value and alternatives since nothing predicts it; ``text_offset`` counts
+  characters of the returned text, prompt included.
 - Responses: ``include: ["message.output_text.logprobs"]`` with ``top_logprobs``
   gives ``logprobs`` on each ``output_text`` part and ``output_text.delta`` event.
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +35,7 @@ __all__ = [
     "chat_entry",
     "chat_logprobs",
     "completions_block",
+    "completions_echo_block",
     "completions_logprobs",
     "responses_logprobs",
 ]
@@ -53,12 +57,7 @@ def completions_logprobs(body: Mapping[str, Any]) -> int | None:
     value = body.get("logprobs")
     if value is None or value is False:
         return None
-    top = fields.integer(body, "logprobs", 0, _COMPLETIONS_BOUND)
-    if fields.boolean(body, "echo"):
-        raise BadRequestError("echo with logprobs needs the prompt's logprobs, which this "
-                              "server does not compute; leave one of them out",
-                              param="echo")
-    return top
+    return fields.integer(body, "logprobs", 0, _COMPLETIONS_BOUND)
 
 
 def responses_logprobs(body: Mapping[str, Any]) -> int | None:
@@ -92,5 +91,31 @@ def completions_block(logprobs: Sequence[TokenLogprob], offset: int) -> dict[str
         "token_logprobs": [lp.logprob for lp in logprobs],
         "top_logprobs": [{piece.decode("utf-8", errors="replace"): value
                           for piece, value in lp.top} for lp in logprobs],
+        "text_offset": offsets,
+    }
+
+
+def completions_echo_block(first: bytes, scored: Sequence[TokenLogprob], echoed: str, *,
+                           first_shown: bool) -> dict[str, Any]:
+    """The legacy ``logprobs`` object of an echoed prompt: its first token, whose value
+    and alternatives are ``null`` (nothing predicts it), then each scored token.
+
+    ``text_offset`` counts characters of ``echoed`` (the prompt as the response shows
+    it): each token starts where the bytes before it end, a token inside a character
+    at that character. A first token the echo does not show (``first_shown`` false: a
+    BOS the tokenizer added to a text prompt) takes no room.
+    """
+    pieces = [first, *(lp.token for lp in scored)]
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    offsets, chars = [], 0
+    for index, piece in enumerate(pieces):
+        offsets.append(min(chars, len(echoed)))
+        if index > 0 or first_shown:
+            chars += len(decoder.decode(piece))
+    return {
+        "tokens": [piece.decode("utf-8", errors="replace") for piece in pieces],
+        "token_logprobs": [None, *(lp.logprob for lp in scored)],
+        "top_logprobs": [None, *({piece.decode("utf-8", errors="replace"): value
+                                  for piece, value in lp.top} for lp in scored)],
         "text_offset": offsets,
     }

@@ -21,7 +21,15 @@ from orchestrator.api import _fields as fields
 from orchestrator.api._dialect import as_request_error
 from orchestrator.api._http import sse
 from orchestrator.errors import RequestError
-from orchestrator.events import Event, Finished, ReasoningDelta, TextDelta, TokenLogprob, ToolCall
+from orchestrator.events import (
+    Event,
+    Finished,
+    PromptLogprobs,
+    ReasoningDelta,
+    TextDelta,
+    TokenLogprob,
+    ToolCall,
+)
 from orchestrator.keepalive import KeepAlive
 
 __all__ = ["KEEPALIVE_COMMENT", "OpenAIEnvelope", "include_usage", "openai_usage"]
@@ -98,6 +106,10 @@ class OpenAIEnvelope:
                         continue
                     if isinstance(event, Finished):
                         finished = event
+                        continue
+                    if isinstance(event, PromptLogprobs):
+                        # Only legacy Completions asks for them, and it turns them into
+                        # its echo chunk before they come here.
                         continue
                     for choice in choices(event):
                         yield sse(self.body(kind, [choice]))

@@ -335,7 +335,7 @@ async def responses(request: Request, registry: ModelRegistry) -> Response:
                 output.logprob(event)
             elif isinstance(event, ReasoningDelta):
                 output.reasoning(event)
-            else:
+            elif isinstance(event, Finished):  # prompt logprobs are never asked for here
                 finished = event
                 output.close("incomplete" if event.finish_reason == "length" else "completed")
         return finished

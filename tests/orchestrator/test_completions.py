@@ -67,7 +67,6 @@ def test_token_id_prompt(server: LucernaServer) -> None:
     ({"prompt": ""}, "prompt"),
     ({"prompt": ["one", "two"]}, "prompt"),
     ({"prompt": [1 << 40]}, "prompt"),
-    ({"echo": True, "logprobs": 2}, "echo"),  # the prompt's logprobs are not computed
     ({"logprobs": 21}, "logprobs"),
     ({"logprobs": -1}, "logprobs"),
     ({"max_tokens": 0}, "max_tokens"),

@@ -107,30 +107,55 @@ def test_a_stream_resumed_after_a_daemon_kill_still_speculates_and_is_unchanged(
 
 
 @pytest.mark.slow
-def test_greedy_logprobs_with_a_draft_are_the_autoregressive_ones(
+def test_logprobs_with_a_draft_are_the_autoregressive_ones(
     servers: tuple[LucernaServer, LucernaServer],
 ) -> None:
-    """Same tokens and alternatives; values to the engine's rounding, which on this F16
-    model (flash attention, F16 KV) differs between a verify batch and a single-token
-    step (PROTOCOL.md 5.9; the F32 setup of tests/native/test_logprobs_embed.py agrees
-    to 4e-6)."""
+    """Identical, greedy or sampled: a request for logprobs is decoded without proposals
+    (PROTOCOL.md 5.9), since on this F16 model a verify row and a single-token step
+    round differently (up to 1.35e-3 measured before that rule)."""
     plain, drafted = servers
-    worst = 0.0
     for prompt in PROMPTS:
-        got = []
-        for server in (plain, drafted):
-            response = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=120, json={
-                "model": MODEL, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": 16, "temperature": 0, "logprobs": True, "top_logprobs": 3})
-            assert response.status_code == 200, response.text
-            got.append(response.json()["choices"][0]["logprobs"]["content"])
-        want, spec = got
-        assert [e["token"] for e in spec] == [e["token"] for e in want]
-        assert [[t["token"] for t in e["top_logprobs"]] for e in spec] == [
-            [t["token"] for t in e["top_logprobs"]] for e in want]
-        for a, b in zip(want, spec, strict=True):
-            worst = max(worst, abs(a["logprob"] - b["logprob"]),
-                        *(abs(x["logprob"] - y["logprob"])
-                          for x, y in zip(a["top_logprobs"], b["top_logprobs"], strict=True)))
-    print(f"largest logprob difference, draft vs autoregressive (F16): {worst:.3g}")
-    assert worst <= 1e-2
+        for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 3}):
+            got = []
+            for server in (plain, drafted):
+                response = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=120,
+                                      json={"model": MODEL,
+                                            "messages": [{"role": "user", "content": prompt}],
+                                            "max_tokens": 16, "logprobs": True,
+                                            "top_logprobs": 3, **sampling})
+                assert response.status_code == 200, response.text
+                got.append(response.json()["choices"][0]["logprobs"]["content"])
+            assert got[1] == got[0]
+
+
+def echo_stream(server: LucernaServer, kill_after: int | None = None) -> list[dict[str, Any]]:
+    """Stream an echo with logprobs; SIGKILL the daemon after ``kill_after`` chunks."""
+    pid = httpx.get(f"{server.base_url}/health").json()["models"][MODEL]["pid"]
+    blocks: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{server.base_url}/v1/completions", timeout=120, json={
+            "model": MODEL, "prompt": PROMPTS[1], "max_tokens": MAX_TOKENS, "temperature": 0,
+            "echo": True, "logprobs": 2, "stream": True}) as response:
+        for chunk in openai_chunks(response):
+            if chunk["choices"] and chunk["choices"][0]["logprobs"]:
+                blocks.append(chunk["choices"][0]["logprobs"])
+                if kill_after is not None and len(blocks) == kill_after:
+                    os.kill(pid, signal.SIGKILL)
+    return blocks
+
+
+@pytest.mark.slow
+def test_an_echo_resumed_after_a_daemon_kill_scores_the_prompt_once(
+    servers: tuple[LucernaServer, LucernaServer],
+) -> None:
+    """The prompt's entries come once, in the echo chunk; the restarted daemon resumes
+    the completion without scoring the prompt again (same tokens; the first value after
+    the resume comes from a prefill row, so to the engine's batch rounding)."""
+    _, drafted = servers
+    whole = echo_stream(drafted)
+    resumed = echo_stream(drafted, kill_after=2)
+    assert "resuming on the restarted daemon" in drafted.log()
+    assert resumed[0] == whole[0]  # the echo chunk: every prompt token's entry
+    tokens = [[t for b in blocks[1:] for t in b["tokens"]] for blocks in (whole, resumed)]
+    assert tokens[1] == tokens[0] and len(tokens[0]) == MAX_TOKENS
+    values = [[v for b in blocks[1:] for v in b["token_logprobs"]] for blocks in (whole, resumed)]
+    assert values[1] == pytest.approx(values[0], abs=1e-2)
