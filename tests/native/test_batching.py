@@ -540,8 +540,8 @@ def test_fuzz_lines_against_running_sequences(
             splitter.framed()
         assert daemon.proc.poll() is None, (
             f"{context} killed the daemon:\n{daemon.stderr()[-3000:]}")
-    # Every sequence left stops; one may have ended on its own just before, so its done
-    # line can come ahead of the cancel's reply.
+    # Every sequence left stops. Done lines come whenever a sequence ends (PROTOCOL.md
+    # 9.2), so one, even of a sequence this cancel ended, can come ahead of its reply.
     assert daemon.proc.stdin is not None
     daemon.proc.stdin.write(b"cancel\n")
     daemon.proc.stdin.flush()
