@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from daemons.errors import DaemonDiedError, DaemonReplyError
+from daemons.generation import CANCEL_DRAIN_S
 from daemons.process import DaemonProcess
 from protocol import (
     Cancel,
@@ -50,7 +51,6 @@ __all__ = ["BatchClient", "SequenceStream", "open_batch_client"]
 
 log = logging.getLogger("lucerna.daemon")
 
-_CANCEL_DRAIN_S = 30.0
 
 
 class SequenceStream:
@@ -242,7 +242,7 @@ class BatchClient:
             if daemon.exited.is_set() or self._broken is not None:
                 return
             try:
-                with trio.fail_after(_CANCEL_DRAIN_S):
+                with trio.fail_after(CANCEL_DRAIN_S):
                     await self.cancel(stream.seq)
                     await stream._finished.wait()
             except (trio.TooSlowError, DaemonDiedError, DaemonReplyError, trio.BrokenResourceError,

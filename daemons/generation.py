@@ -29,11 +29,13 @@ from protocol import (
     TokenStreamReader,
 )
 
-__all__ = ["GenerationStream", "open_generation"]
+__all__ = ["CANCEL_DRAIN_S", "GenerationStream", "open_generation"]
 
 log = logging.getLogger("lucerna.daemon")
 
-_CANCEL_DRAIN_S = 30.0
+CANCEL_DRAIN_S = 30.0
+"""How long a cancelled generation may take to reach its end before its daemon is killed
+(daemons/batch.py waits as long for one sequence)."""
 
 
 class GenerationStream:
@@ -115,7 +117,7 @@ class GenerationStream:
             if daemon.exited.is_set():
                 return
             try:
-                with trio.fail_after(_CANCEL_DRAIN_S):
+                with trio.fail_after(CANCEL_DRAIN_S):
                     replies = 1
                     if channel.serves("cancel"):
                         await daemon.send(Cancel().encode())
