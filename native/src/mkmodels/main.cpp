@@ -208,7 +208,8 @@ int main(int argc, char ** argv) {
         int status = 0;
         try {
             const int32_t threads = opts.shape.threads > 0 ? opts.shape.threads : 2;
-            for (const auto & stat : lucerna::mkmodels::probe_activations(opts.probe, opts.probe_tokens, 512, threads)) {
+            const auto stats = lucerna::mkmodels::probe_activations(opts.probe, opts.probe_tokens, 512, threads);
+            for (const auto & stat : stats) {
                 std::printf("probe %s layer=%d max_abs=%.6g nonfinite=%llu count=%llu\n", stat.name.c_str(), stat.layer,
                             stat.max_abs, static_cast<unsigned long long>(stat.nonfinite),
                             static_cast<unsigned long long>(stat.count));
