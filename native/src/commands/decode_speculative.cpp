@@ -30,6 +30,10 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
     OracleProposer * oracle = spec.oracle();
     const int32_t block = spec.block_size();
+    // Greedy without a grammar takes each verify row's argmax from the graph (engine/
+    // engine.cpp turns it on for speculative daemons): ids only, no host scan. The same
+    // rule as the host's pick, on the same logits, so the same tokens.
+    const bool device_argmax = propose && picker.argmax_only() && session.engine.output_argmax;
 
     std::vector<llama_token> proposals;
     std::vector<int32_t> committed;  // for the oracle: the live tokens plus `last`
@@ -38,14 +42,21 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         return;
     }
     llama_token last = *picked;
+    const auto n_ctx = static_cast<llama_pos>(llama_n_ctx(ctx));
     while (true) {
         const llama_pos n = live.size();  // where `last` goes
         // A step commits at most k + 1 tokens; never propose past what may be written.
         const int32_t k = propose ? std::max(0, std::min(block - 1, emitter.remaining() - 1)) : 0;
+        // But the batch keeps its full `block` rows near the end of a request, wherever the
+        // context has room: a shorter batch is a graph of a new shape, which the engine
+        // builds afresh and runs outside the CUDA graph it captured for the full block.
+        // Rows past k carry padding (the draft's further guesses, or `last` repeated): they
+        // are decoded and rolled back with the rejected rows, and never picked.
+        const int32_t n_rows = propose && n + block <= n_ctx ? block : k + 1;
         proposals.clear();
         if (k > 0 && draft != nullptr) {
             const auto t_draft = std::chrono::steady_clock::now();
-            draft->propose(last, n, k, proposals);
+            draft->propose(last, n, n_rows - 1, proposals);
             counters.draft_ms += ms_since(t_draft);
         }
         if (k > 0 && oracle != nullptr) {
@@ -53,10 +64,11 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             committed.push_back(last);
             oracle->propose(committed, k, proposals);  // replaces the draft's, if it ran
         }
+        proposals.resize(static_cast<size_t>(n_rows - 1), last);
 
         batch.clear();
         batch.add(last, n, /*want_logits =*/true);
-        for (int32_t i = 0; i < k; ++i) {
+        for (int32_t i = 0; i + 1 < n_rows; ++i) {
             batch.add(proposals[static_cast<size_t>(i)], n + 1 + i, /*want_logits =*/true);
         }
         const int32_t rc = llama_decode(ctx, batch.get());
@@ -72,7 +84,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         bool more = true;
         while (true) {
             const float * logits = llama_get_logits_ith(ctx, row);
-            picked = picker.pick(logits);
+            picked = device_argmax ? TokenPicker::pick_device_argmax(ctx, row) : picker.pick(logits);
             more = emitter.emit(picked, logits);
             if (more && row < k && *picked == proposals[static_cast<size_t>(row)]) {
                 ++accepted;
@@ -86,7 +98,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         }
         // Rows 0..row are committed positions; everything decoded after them goes.
         const int32_t kept = row + 1;
-        if (kept < k + 1 && !llama_memory_seq_rm(memory, 0, n + kept, -1)) {
+        if (kept < n_rows && !llama_memory_seq_rm(memory, 0, n + kept, -1)) {
             throw ProtocolError(ErrorCode::kDecodeFailed, "the engine could not roll the target back to position " +
                                                               std::to_string(n + kept));
         }

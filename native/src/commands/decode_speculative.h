@@ -5,14 +5,16 @@
 //
 // One step, with `last` the picked token the target has not decoded yet, at position n:
 //   1. propose d1..dk (k <= block - 1, and no more than the request may still write);
-//   2. decode [last, d1..dk] at n..n+k in one batch with logits for every row;
+//   2. decode [last, d1..dk] at n..n+k in one batch with logits for every row, padded to
+//      the full block while the context has room (one graph shape for every step);
 //   3. pick from row 0, 1, ... with the request's own TokenPicker, exactly as the
 //      autoregressive loop picks from each step's logits; each pick is written at once;
 //      continue to row i+1 only while the pick at row i equals d(i+1);
 //   4. keep positions n..n+i (rows whose tokens are now committed) and roll the rest
-//      back: llama_memory_seq_rm, which drops the KV cells and, for the hybrid qwen35
-//      target, points the Gated DeltaNet and conv state at the copy the engine kept for
-//      position n+i (n_rs_seq, see engine/engine.cpp); the pick at row i is the new `last`.
+//      back, padding included: llama_memory_seq_rm, which drops the KV cells and, for the
+//      hybrid qwen35 target, points the Gated DeltaNet and conv state at the copy the
+//      engine kept for position n+i (n_rs_seq, see engine/engine.cpp); the pick at row i
+//      is the new `last`.
 //   5. the draft ingests the target's captured features for n..n+i.
 //
 // Why it is lossless. Every committed token is one pick of the picker, in order, from

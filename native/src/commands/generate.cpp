@@ -340,6 +340,9 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         if (speculative && spec.oracle() != nullptr) {
             spec.oracle()->begin(req.prompt);
         }
+        // On a GPU the last chunk may still be running: wait for it, so that prefill_ms
+        // holds all of the prefill and decode_ms (and decode tok/s) none of it.
+        llama_synchronize(ctx);
         prefill_ms = elapsed_ms(t_prefill);
 
         const auto t_decode = std::chrono::steady_clock::now();

@@ -167,6 +167,13 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             throw ProtocolError(ErrorCode::kContextFailed, "the engine could not create a context with n_ctx=" +
                                                                std::to_string(loaded.n_ctx));
         }
+        if (opts.speculative()) {
+            // Greedy verify reads each row's pick as an id computed beside the logits, one
+            // kernel over all rows, instead of scanning up to a block of vocabulary-wide
+            // rows on the host (commands/decode_speculative.cpp).
+            llama_set_output_argmax(loaded.context.get(), true);
+            loaded.output_argmax = true;
+        }
         loaded.n_ctx = static_cast<int32_t>(llama_n_ctx(loaded.context.get()));
         loaded.n_ctx_seq = static_cast<int32_t>(llama_n_ctx_seq(loaded.context.get()));
         loaded.n_parallel = opts.parallel;

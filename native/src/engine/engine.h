@@ -66,6 +66,9 @@ struct LoadedModel {
     // Prompt tokens per prefill batch: --chunk, at most the context asked for. Fixed
     // before the engine rounds the context up, so batches never outgrow n_batch.
     int32_t n_chunk = 0;
+    // Each decode also takes every logits row's argmax in the graph (engine patch 0104,
+    // llama_get_argmax_ith): on for speculative daemons, whose greedy verify reads ids.
+    bool output_argmax = false;
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
 };
 

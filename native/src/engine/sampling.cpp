@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/grammar.h"
+#include "wire/errors.h"
 
 namespace lucerna {
 namespace {
@@ -34,6 +35,33 @@ llama_sampler_ptr make_chain(const SamplingParams & sp, int32_t n_vocab) {
     return chain;
 }
 
+// A row holding a NaN has no largest logit: the forward pass overflowed, and whichever id
+// came out would be noise presented as text, so it is an error instead.
+[[noreturn]] void throw_nan_logits() {
+    throw ProtocolError(ErrorCode::kDecodeFailed,
+                        "the model's logits hold NaN (its forward pass overflowed); there is no greedy pick");
+}
+
+// Greedy's pick: the first index of the largest logit, the rule the engine's argmax
+// follows on CPU and CUDA alike (native/engine-patches/0103).
+llama_token first_argmax(const float * logits, int32_t n_vocab) {
+    llama_token best = 0;
+    float max = -INFINITY;
+    bool nan = false;
+    for (llama_token id = 0; id < n_vocab; ++id) {
+        const float logit = logits[id];
+        nan = nan || std::isnan(logit);
+        if (logit > max) {
+            max = logit;
+            best = id;
+        }
+    }
+    if (nan) {
+        throw_nan_logits();
+    }
+    return best;
+}
+
 }  // namespace
 
 TokenPicker::TokenPicker(const SamplingParams & params, const llama_vocab * vocab, llama_sampler * grammar)
@@ -41,6 +69,14 @@ TokenPicker::TokenPicker(const SamplingParams & params, const llama_vocab * voca
     if (params.temp > 0.0f) {
         chain_ = make_chain(params, n_vocab_);
     }
+}
+
+llama_token TokenPicker::pick_device_argmax(llama_context * ctx, int32_t row) {
+    const int32_t id = llama_get_argmax_ith(ctx, row);
+    if (id < 0) {
+        throw_nan_logits();
+    }
+    return id;
 }
 
 void TokenPicker::accept_prompt(const std::vector<int32_t> & prompt) {
@@ -85,7 +121,7 @@ bool TokenPicker::grammar_allows(llama_token token, float logit) const {
 
 std::optional<llama_token> TokenPicker::pick(const float * logits) {
     if (!chain_ && !grammar_) {
-        return static_cast<llama_token>(std::max_element(logits, logits + n_vocab_) - logits);
+        return first_argmax(logits, n_vocab_);
     }
     llama_token_data_array cur = fill_candidates(logits);
     llama_token token = choose(cur);

@@ -37,6 +37,15 @@ public:
     // but end-of-generation ones.
     std::optional<llama_token> pick(const float * logits);
 
+    // Greedy with no grammar: a pick is the argmax of the row alone, which the engine can
+    // take on the device (pick_device_argmax), and there is no state to advance.
+    bool argmax_only() const { return !chain_ && grammar_ == nullptr; }
+
+    // argmax_only's pick of output row `row` of the last decode of a context that takes
+    // the argmax in its graph (llama_set_output_argmax): the same rule as pick(), the
+    // first largest logit, and the same error for a row holding a NaN (-1 from the engine).
+    static llama_token pick_device_argmax(llama_context * ctx, int32_t row);
+
 private:
     // Every token's logit, in id order, as the candidate array the samplers work on.
     llama_token_data_array fill_candidates(const float * logits);
