@@ -308,10 +308,11 @@ class DaemonClient:
         lookahead: int | None = None,
         chunk: int | None = None,
         pool: int | None = None,
+        segment: int | None = None,
     ) -> list[int]:
         """The ids the pflash drafter keeps of ``ids``, in their order (PROTOCOL.md 5.7)."""
         command = Compress(self._ids_ref(ids), keep_x1000, lookahead=lookahead, chunk=chunk,
-                           pool=pool)
+                           pool=pool, segment=segment)
         kept, _ = await self._stream_command(command)
         return kept
 
