@@ -34,6 +34,12 @@ struct PlacementOptions {
 struct DaemonOptions {
     std::string model_path;
     int stream_fd = -1;        // -1: no stream fd
+    // --channel=stdout: stream bytes share stdout with the replies, framed (PROTOCOL.md
+    // 10), for a launcher that carries only stdin and stdout (ssh). false: --stream-fd.
+    bool one_channel = false;
+    // --keepalive-ms: on one channel, an `@alive` line this often (0: none), so that the
+    // client tells a daemon busy on a long prefill from a link that is gone.
+    int32_t keepalive_ms = kDefaultKeepaliveMs;
     int32_t n_ctx = 4096;      // clamped to the model's n_ctx_train after loading
     int32_t n_threads = 0;     // 0: hardware concurrency
     int32_t n_gpu_layers = 999;  // all; negative also means all
