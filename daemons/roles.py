@@ -139,6 +139,10 @@ class DaemonLaunch:
     host: str | None = None
     """The ``[[hosts]]`` entry it runs on, for messages; None: this machine."""
     remote_shell: bool = False
+    scratch_dir: PurePosixPath | None = None
+    """A daemon on another host: where, there, it writes the files a command outputs
+    (piece table, embeddings), which the client then reads through the launcher. None:
+    the daemon shares this machine's files. Inputs never go by file to such a daemon."""
     """The launcher hands the rest of argv to a shell on the host as one line, as ssh
     does: each word is shell-quoted and ``env`` travels as an ``env NAME=value`` prefix."""
 
