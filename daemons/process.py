@@ -34,13 +34,14 @@ from contextlib import asynccontextmanager
 import trio
 
 from daemons.errors import DaemonDiedError, DaemonStartError, HostUnreachableError
-from daemons.roles import DaemonLaunch
+from daemons.roles import DAEMON_ENV, DaemonLaunch
 from protocol import (
     ChannelAlive,
     ChannelFramingError,
     ChannelLine,
     ChannelReader,
     ChannelUnit,
+    ErrorCode,
     ErrReply,
     Quit,
     ReadyInfo,
@@ -362,6 +363,11 @@ class DaemonProcess:
         first = parse_startup_line(line.decode("utf-8", errors="replace"))
         if isinstance(first, ErrReply):
             await self._await_exit_briefly()
+            if first.code == ErrorCode.RPC_FAILED.value and self.launch.rpc:
+                # A shard (another host) does not answer: unreachable, no fault of ours.
+                raise HostUnreachableError(
+                    f"an RPC server of this target is unreachable: {first.detail}",
+                    role=self.role, pid=self.pid, argv=self.argv)
             raise failure(f"daemon refused to start: {first.code}: {first.detail}")
         return first
 
@@ -374,10 +380,7 @@ async def open_daemon_process(
     one_channel = launch.channel == "stdout"
     read_fd, write_fd = (-1, -1) if one_channel else os.pipe()
     argv = launch.argv(stream_fd=None if one_channel else write_fd)
-    # On an engine assert ggml runs gdb for a backtrace, and gdb then reads the daemon's
-    # stdin, which we hold open: the dying daemon hung until its request timed out
-    # (seen: 600 s). Without the backtrace it aborts at once and is restarted.
-    env = {"GGML_NO_BACKTRACE": "1", **os.environ, **launch.env}
+    env = {**DAEMON_ENV, **os.environ, **launch.env}
     try:
         process = await trio.lowlevel.open_process(
             argv,

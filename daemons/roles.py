@@ -15,7 +15,14 @@ from typing import Literal
 
 from daemons.errors import ModelError
 
-__all__ = ["DEFAULT_SLOTS", "ROLES", "DaemonLaunch", "RoleSpec", "role_named", "target_role_for"]
+__all__ = ["DAEMON_ENV", "DEFAULT_SLOTS", "ROLES", "DaemonLaunch", "RoleSpec", "role_named",
+           "target_role_for"]
+
+DAEMON_ENV = {"GGML_NO_BACKTRACE": "1"}
+"""Every daemon's environment, wherever it runs. On an engine assert ggml runs gdb for a
+backtrace, and gdb then reads the daemon's stdin, which we hold open: the dying daemon
+hung until its request timed out (seen: 600 s). Without the backtrace it aborts at once
+and is restarted."""
 
 DEFAULT_SLOTS = 64
 """The daemons' ``--slots`` default (PROTOCOL.md section 1); tests/native checks the copy."""
@@ -165,8 +172,8 @@ class DaemonLaunch:
         """The command line: the launcher, then the daemon's (shell-quoted if ``remote_shell``)."""
         words = self.daemon_argv(stream_fd)
         if self.remote_shell:
-            env = [f"{name}={value}" for name, value in sorted(self.env.items())]
-            words = [shlex.quote(word) for word in (["env", *env] if env else []) + words]
+            env = [f"{name}={value}" for name, value in sorted({**DAEMON_ENV, **self.env}.items())]
+            words = [shlex.quote(word) for word in ["env", *env, *words]]
         return [*self.launcher, *words]
 
     def daemon_argv(self, stream_fd: int | None) -> list[str]:

@@ -38,7 +38,7 @@ The schema (configs/lucerna.toml is a commented example)::
     daemon_dir, model_dir, scratch_dir, remote_shell, link_timeout, keepalive
 
     [[shards]]                    a ds4_shard daemon serving its device over ggml RPC
-    name, path, host, listen ("HOST:PORT"), threads
+    name, path, host, listen ("HOST:PORT"), threads, extra_args
 
 ``draft`` is a DFlash draft GGUF for the model's qwen35 daemon: every generation then
 decodes speculatively (PROTOCOL.md 5.9). The daemon's benchmark-only oracle proposer has

@@ -70,7 +70,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             if shard.host is None
             else host_launch_fields(hosts[shard.host], shard_role, shard_path, None))
         shard_launch = DaemonLaunch(role=shard_role, threads=shard.threads,
-                                    rpc_listen=shard.listen,
+                                    rpc_listen=shard.listen, extra_args=shard.extra_args,
                                     **shard_runs)  # type: ignore[arg-type]
         shards[shard.name] = Supervisor(f"shard {shard.name}", shard_launch)
     for i, settings in enumerate(config.models):

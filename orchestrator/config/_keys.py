@@ -118,19 +118,6 @@ class HostKeys:
                         "daemon there writes a keep-alive", default="1s")
 
 
-class ShardKeys:
-    """One ``[[shards]]`` table: a ds4_shard daemon serving its device over ggml RPC."""
-
-    NAME = Setting("name", str, 'name the shard as models will, e.g. name = "experts"')
-    PATH = Setting("path", str, "point it at the deepseek4 GGUF the shard is started with "
-                   "(a local copy; relative paths are relative to the config file)")
-    HOST = Setting("host", str, "name one of the [[hosts]], or leave host out to run the "
-                   "shard on this machine")
-    LISTEN = Setting("listen", str, 'give the HOST:PORT its RPC server listens on, as the '
-                     'targets dial it, e.g. "10.0.0.2:50052"')
-    THREADS = THREADS
-
-
 class ModelKeys:
     """One ``[[models]]`` table."""
 
@@ -205,6 +192,20 @@ class ModelKeys:
         "token)")
     RESTART = Setting("restart", dict, "write restart = { max_failures = 5 }")
     PREFILL = Setting("prefill", dict, 'write [models.prefill] with drafter = "default"')
+
+
+class ShardKeys:
+    """One ``[[shards]]`` table: a ds4_shard daemon serving its device over ggml RPC."""
+
+    NAME = Setting("name", str, 'name the shard as models will, e.g. name = "experts"')
+    PATH = Setting("path", str, "point it at the deepseek4 GGUF the shard is started with "
+                   "(a local copy; relative paths are relative to the config file)")
+    HOST = Setting("host", str, "name one of the [[hosts]], or leave host out to run the "
+                   "shard on this machine")
+    LISTEN = Setting("listen", str, 'give the HOST:PORT its RPC server listens on, as the '
+                     'targets dial it, e.g. "10.0.0.2:50052"')
+    THREADS = THREADS
+    EXTRA_ARGS = ModelKeys.EXTRA_ARGS
 
 
 class RestartKeys:

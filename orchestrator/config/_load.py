@@ -108,7 +108,8 @@ def _shards(top: SettingsTable, source: str, base: Path) -> tuple[ShardSettings,
         if not address or not port.isdigit() or not 0 < int(port) < 65536:
             raise table.error("listen", f"{listen!r} is not HOST:PORT", keys.LISTEN.fix)
         shard = ShardSettings(name=name, path=path or "", listen=listen,
-                              host=table.read(keys.HOST), threads=table.read(keys.THREADS))
+                              host=table.read(keys.HOST), threads=table.read(keys.THREADS),
+                              extra_args=tuple(table.read(keys.EXTRA_ARGS) or ()))
         table.finish()
         if any(s.name == shard.name for s in shards):
             raise ConfigError(f"{source}: shards[{i}].name: {name!r} is already the name of "

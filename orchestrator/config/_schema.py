@@ -98,6 +98,7 @@ class ShardSettings:
     """``HOST:PORT`` of its RPC server, as the targets dial it (``--rpc-listen``)."""
     host: str | None = None
     threads: int | None = None
+    extra_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

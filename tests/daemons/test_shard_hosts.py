@@ -4,7 +4,9 @@ The target runs on host "far" (reached by ssh, on one channel, PROTOCOL.md 10); 
 shard runs in namespace "shard" and serves its device over ggml RPC across the veth
 between them (tests/_netns.py). Whether the shard holds a deepseek4 target's experts or
 a whole layer of a laguna or qwen35 target, greedy decoding gives the tokens of one
-process on one host.
+process on one host. Cutting the link between target and shard mid-generation ends
+the target within its RPC timeout; it cannot start while the link is down (unreachable),
+and gives the same tokens once it is back.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
+import trio
 
 from daemons.client import open_daemon
+from daemons.errors import DaemonDiedError, HostUnreachableError
 from daemons.roles import DaemonLaunch
 from tests._netns import Hosts, open_hosts
 
@@ -69,3 +73,41 @@ def test_the_test_models_have_a_layer_1(test_models: dict[str, Path]) -> None:
     for model in ("laguna", "qwen35"):
         names = [t.name for t in gguf.GGUFReader(test_models[model]).tensors]
         assert any(name.startswith("blk.1.") for name in names), model
+
+
+async def test_a_cut_shard_link_ends_the_target_and_it_comes_back(
+    hosts: Hosts, launch: Launcher, greedy: Greedy,
+) -> None:
+    # The ggml RPC link between target and shard has no keep-alive of its own: the
+    # daemons' --rpc-timeout-ms makes the kernel fail a connection whose peer is gone.
+    address = f"{hosts.shard_address}:{SHARD_PORT}"
+    timeout = ("--rpc-timeout-ms=2000",)
+    shard = launch("ds4_shard", "deepseek4", rpc_listen=address, launcher=hosts.shard.ns_exec,
+                   channel="stdout", host="shard", extra_args=timeout)
+    target = launch("laguna", "deepseek4", rpc=(address,), override_tensors=PLACEMENTS[0][2],
+                    n_gpu_layers=0, n_ctx=4096, launcher=hosts.far.ssh, remote_shell=True,
+                    channel="stdout", host="far", scratch_dir=PurePosixPath("/tmp"),
+                    link_timeout_s=10.0, extra_args=timeout)
+    async with open_daemon(shard):
+        async with open_daemon(target) as far:
+            prompt = await far.tokenize("The link to the shard will go.")
+            expected = await greedy(far, prompt, 8)
+            async with far.generate(prompt, 4000, ignore_eos=True) as stream:
+                await stream.__anext__()
+                hosts.cut_shard()
+                cut_at = trio.current_time()
+                with trio.fail_after(30), pytest.raises(DaemonDiedError):
+                    async for _ in stream:
+                        pass
+                assert trio.current_time() - cut_at < 15  # 2 s of silence, then the abort
+        try:
+            # While it is cut, a target cannot reach its shard: unreachable, not a failure.
+            with trio.fail_after(30), pytest.raises(HostUnreachableError, match="RPC server"):
+                async with open_daemon(target):
+                    pass
+        finally:
+            hosts.restore_shard()
+        # The shard dropped its dead client and serves a new one: the same tokens.
+        with trio.fail_after(60):
+            async with open_daemon(target) as again:
+                assert await greedy(again, prompt, 8) == expected

@@ -54,7 +54,7 @@ env = {{ HIP_VISIBLE_DEVICES = "0" }}
         "stdout", "strix", 500, 4.0)
     argv = launch.argv(stream_fd=None)
     assert argv[:5] == ["ssh", "-o", "BatchMode=yes", "strix.lan", "env"]
-    assert argv[5:8] == ["HIP_VISIBLE_DEVICES=0",
+    assert argv[5:9] == ["GGML_NO_BACKTRACE=1", "HIP_VISIBLE_DEVICES=0",
                          "/opt/lucerna/build/native-hip/bin/lucerna-qwen35",
                          f"/srv/models/{default_model.name}"]
     assert "--channel=stdout" in argv and "--keepalive-ms=500" in argv

@@ -11,6 +11,9 @@ same tokens, once the link is back.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -108,6 +111,37 @@ def test_a_remote_daemon_gives_the_local_tokens(server: LucernaServer) -> None:
     far_text, far_last = stream(server, request("far", 48))
     assert far_text == near_text and near_text
     assert far_last["usage"] == near_last["usage"]
+
+
+def remote_daemon_pids(hosts: Hosts) -> list[int]:
+    pids = subprocess.run(["ip", "netns", "pids", hosts.far.netns], capture_output=True,
+                          text=True, check=True).stdout.split()
+    return [int(pid) for pid in pids
+            if b"lucerna-qwen35" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def test_a_remote_crash_resumes_and_metrics_name_the_model(server: LucernaServer,
+                                                           hosts: Hosts) -> None:
+    expected, _ = stream(server, request("near", 96))
+    started = threading.Event()
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result["text"], result["last"] = stream(server, request("far", 96), (4, started))
+
+    reader = threading.Thread(target=run)
+    reader.start()
+    assert started.wait(60)
+    restarts = far_state(server)["restarts"]
+    (pid,) = remote_daemon_pids(hosts)
+    os.kill(pid, signal.SIGKILL)  # on the far host: the daemon, not its launcher
+    reader.join(timeout=60)
+    assert not reader.is_alive()
+    # Resumed on the restarted daemon (over ssh again): one unbroken stream, same text.
+    assert result["text"] == expected, result
+    assert far_state(server)["restarts"] == restarts + 1
+    metrics = httpx.get(f"{server.base_url}/metrics").text
+    assert 'lucerna_daemon_up{model="far"} 1.0' in metrics, metrics[:2000]
 
 
 def test_a_cut_link_ends_the_request_cleanly_and_recovers(server: LucernaServer,

@@ -146,6 +146,10 @@ const Flag kFlags[] = {
                              DaemonOptions & opts) { parse_placement_flag(flag, value, opts.placement); }},
     {"--rpc-listen", [](const std::string & flag, const std::string & value,
                         DaemonOptions & opts) { parse_placement_flag(flag, value, opts.placement); }},
+    {"--rpc-timeout-ms",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.placement.rpc_timeout_ms = static_cast<int32_t>(flag_int(flag, value, 100, 3600 * 1000));
+     }},
 };
 
 const FlagSetter * find_flag(const std::string & name) {

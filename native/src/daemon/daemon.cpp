@@ -281,7 +281,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     if (role == Role::kDs4Shard) {
         try {
             rpc = RpcServer::start(opts.placement.rpc_listen.value_or(PlacementOptions::kDefaultRpcListen),
-                                   shard_device(), opts.n_threads);
+                                   shard_device(), opts.n_threads, opts.placement.rpc_timeout_ms);
         } catch (const ProtocolError & error) {
             return fail_startup(out, error);
         }

@@ -26,6 +26,8 @@ struct PlacementOptions {
     std::vector<TensorOverride> overrides;  // --override-tensor, first match wins
     std::optional<double> experts_in_host;  // --experts-in-host (laguna), in [0, 1]
     std::optional<std::string> rpc_listen;  // --rpc-listen (ds4_shard), "HOST:PORT"
+    // --rpc-timeout-ms: an RPC peer silent this long is dead (engine/dead_peer.h).
+    int32_t rpc_timeout_ms = kDefaultRpcTimeoutMs;
 
     // The shard's endpoint when --rpc-listen is left out.
     static constexpr const char * kDefaultRpcListen = "127.0.0.1:50052";

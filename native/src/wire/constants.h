@@ -40,4 +40,8 @@ constexpr const char * kChannelAliveLine = "@alive";
 // --keepalive-ms's default (section 1): a keep-alive each second on one channel.
 constexpr int32_t kDefaultKeepaliveMs = 1000;
 
+// --rpc-timeout-ms's default (section 1): an RPC peer's kernel silent this long (no
+// acknowledgement, no answer to a keep-alive probe) means the peer or link is gone.
+constexpr int32_t kDefaultRpcTimeoutMs = 10000;
+
 }  // namespace lucerna
