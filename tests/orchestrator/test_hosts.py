@@ -2,7 +2,8 @@
 
 The front end runs here; the model "far" runs on host "far", a network namespace
 reached over a veth by ssh (tests/_netns.py), on one channel (PROTOCOL.md 10). "near"
-is the same model on this machine. Greedy chat gives the same tokens on both; cutting
+is the same model on this machine ("far-batched" the same on "far" with --parallel 2,
+protocol 2). Greedy chat gives the same tokens on all; cutting
 the link mid-generation ends the request with a clean error within the link timeout,
 the model is ``unreachable`` meanwhile (503 at once), and it serves again, with the
 same tokens, once the link is back.
@@ -66,6 +67,14 @@ path = "{default_model}"
 host = "far"
 n_ctx = 2048
 threads = 1
+
+[[models]]
+name = "far-batched"
+path = "{default_model}"
+host = "far"
+n_ctx = 4096
+parallel = 2
+threads = 1
 """)
     srv = LucernaServer(workdir / "serve.log", "--config", str(config))
     try:
@@ -111,13 +120,23 @@ def test_a_remote_daemon_gives_the_local_tokens(server: LucernaServer) -> None:
     far_text, far_last = stream(server, request("far", 48))
     assert far_text == near_text and near_text
     assert far_last["usage"] == near_last["usage"]
+    # Protocol 2 (--parallel 2) over the same channel: alone on its lane, the same tokens.
+    batched_text, batched_last = stream(server, request("far-batched", 48))
+    assert batched_text == near_text and batched_last["usage"] == near_last["usage"]
 
 
 def remote_daemon_pids(hosts: Hosts) -> list[int]:
+    """The pid, on host "far", of model "far"'s daemon: far-batched's has --parallel, and
+    its tokenizer daemon (a small context, no layers offloaded) is told apart by n_ctx."""
     pids = subprocess.run(["ip", "netns", "pids", hosts.far.netns], capture_output=True,
                           text=True, check=True).stdout.split()
-    return [int(pid) for pid in pids
-            if b"lucerna-qwen35" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    found = []
+    for pid in pids:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if (any(arg.endswith(b"lucerna-qwen35") for arg in argv) and b"--n-ctx=2048" in argv
+                and not any(arg.startswith(b"--parallel") for arg in argv)):
+            found.append(int(pid))
+    return found
 
 
 def test_a_remote_crash_resumes_and_metrics_name_the_model(server: LucernaServer,
