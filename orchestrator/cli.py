@@ -68,6 +68,16 @@ def cmd_setup(args: argparse.Namespace) -> int:
     _native()
     ensure_default_model(progress)
     ensure_chat_model(progress)
+    if args.config is not None:
+        from orchestrator.config._hosts import host_setup_argv
+
+        for host in load_config(args.config).hosts:
+            argv = host_setup_argv(host)
+            progress(f"setting up host {host.name} ({host.backend}): {' '.join(argv)}")
+            code = subprocess.call(argv)
+            if code != 0:
+                progress(f"setup of host {host.name} failed (exit {code})")
+                return code
     progress("setup complete")
     return 0
 
@@ -258,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     test.set_defaults(func=cmd_test, passthrough="pytest")
 
     setup = sub.add_parser("setup", help="build the engine and daemons, fetch the embedded models")
+    setup.add_argument("--config", help="also set up every [[hosts]] entry of this config "
+                       "file, through its launcher, with LUCERNA_BACKEND=<its backend> there")
     setup.set_defaults(func=cmd_setup)
 
     models = sub.add_parser("models", help="write the random-weight test models")

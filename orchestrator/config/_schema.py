@@ -70,6 +70,10 @@ class HostSettings:
 
     name: str
     launcher: tuple[str, ...]
+    link_timeout_s: float
+    """Nothing heard from a daemon there this long: the link is lost (``link_timeout``)."""
+    keepalive_s: float
+    """How often its daemons write a keep-alive (``keepalive``)."""
     backend: str = HostKeys.BACKEND.default
     """What that host's daemons were built for (``LUCERNA_BACKEND`` there); the ready
     line's ``backend`` must say the same."""
@@ -82,8 +86,6 @@ class HostSettings:
     directory (a shared or mirrored file system)."""
     scratch_dir: str = HostKeys.SCRATCH_DIR.default
     remote_shell: bool = HostKeys.REMOTE_SHELL.default
-    link_timeout_s: float = 5.0
-    keepalive_s: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -117,3 +117,12 @@ override_tensor = ["ffn_.*_exps=RPC0", "blk\\\\.3\\\\.=CPU"]
 def test_shard_mistakes(tmp_path: Path, text: str, expected: str) -> None:
     message = error(tmp_path, text)
     assert expected in message and "Fix:" in message, message
+
+
+def test_setup_runs_on_each_host_for_its_backend(tmp_path: Path) -> None:
+    from orchestrator.config._hosts import host_setup_argv
+
+    config = load(tmp_path, HOST + '[[models]]\nname = "m"\npath = "default"\n')
+    assert host_setup_argv(config.hosts[0]) == [
+        "ssh", "-o", "BatchMode=yes", "strix.lan",
+        "env", "LUCERNA_BACKEND=hip", "/opt/lucerna/bin/lucerna", "setup"]
