@@ -151,6 +151,11 @@ class DaemonClient:
         return self._daemon.exited
 
     @property
+    def link_lost(self) -> str | None:
+        """Why the client stopped a daemon on one channel (a silent link); None: it did not."""
+        return self._daemon.link_lost
+
+    @property
     def stderr_tail(self) -> deque[str]:
         """The daemon's last lines of stderr."""
         return self._daemon.stderr_tail

@@ -242,6 +242,8 @@ class Supervisor:
                 self._streak += 1
                 self.crashes += 1
                 self.last_exit = f"daemon pid {client.pid} {describe_exit(client.returncode)}"
+                if client.link_lost:
+                    self.last_exit = f"{client.link_lost}: {self.last_exit}"
                 tail = list(client.stderr_tail)[-3:]
                 if tail:
                     self.last_exit += f"; last stderr: {' | '.join(tail)}"
