@@ -18,6 +18,7 @@ from daemons.roles import DaemonLaunch
 from orchestrator.chat_template import ChatTemplate
 from orchestrator.errors import ModelNotFoundError, ServiceUnavailableError
 from orchestrator.events import Event
+from orchestrator.parallel_default import ParallelChoice
 from orchestrator.prefill import PrefillCompressor
 from orchestrator.prefix_cache import PrefixCache
 from orchestrator.reasoning import ReasoningControl
@@ -75,6 +76,9 @@ class ServedModel:
     # "mean" or "last": POST /v1/embeddings pools this model's hidden states so (the
     # daemon's embed, PROTOCOL.md 5.11); None: not configured for embeddings.
     embeddings: str | None = None
+    # How ``parallel`` was chosen (configured, or fitted to the memory), for /props and
+    # /status; None: built by hand (tests), ``launch.parallel`` as given.
+    parallel_choice: ParallelChoice | None = None
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
@@ -137,6 +141,13 @@ class ServedModel:
     def parallel(self) -> int:
         """Requests that generate at once, each on a daemon sequence of its own."""
         return self.launch.parallel or 1
+
+    @property
+    def parallel_status(self) -> dict[str, object]:
+        """``parallel`` and how it was chosen (``/props``, ``/status``)."""
+        if self.parallel_choice is None:
+            return {"parallel": self.parallel, "source": "configured"}
+        return self.parallel_choice.status()
 
     @property
     def n_ctx(self) -> int:

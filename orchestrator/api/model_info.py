@@ -244,6 +244,7 @@ def props(model: ServedModel, registry: ModelRegistry,
         # llama-server's slots are our sequences: requests that generate at once.
         "total_slots": model.parallel,
         "parallel": model.parallel,
+        "parallel_choice": model.parallel_status,
         "chat_template": None if template is None else template.source,
         "chat_template_source": None if template is None else (
             "fallback" if template.is_fallback else "gguf"),

@@ -79,8 +79,9 @@ class ModelSettings:
     launcher: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     queue_limit: int = ModelKeys.QUEUE_LIMIT.default
-    parallel: int = ModelKeys.PARALLEL.default
-    """Requests that generate at once in one daemon (``--parallel``, PROTOCOL.md 9)."""
+    parallel: int | None = ModelKeys.PARALLEL.default
+    """Requests that generate at once in one daemon (``--parallel``, PROTOCOL.md 9); None:
+    as many as fit the memory (``orchestrator.parallel_default``)."""
     max_output_tokens: int | None = ModelKeys.MAX_OUTPUT_TOKENS.default
     """Cap on the tokens of one request, whatever it asks; None: a quarter of n_ctx."""
     restart: RestartPolicy = field(default_factory=RestartPolicy)

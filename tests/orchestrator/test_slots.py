@@ -32,7 +32,7 @@ from orchestrator.scheduler import RequestQueue
 from tests.conftest import LucernaServer
 
 PARALLEL = 4
-N_CTX = 1024  # 256 tokens per slot
+N_CTX = 256  # per slot: the daemon holds N_CTX * PARALLEL tokens in one pool
 MODEL = "qwen3"
 # Nats: batched logprobs were measured within 2.8e-3 of solo ones on the F16 test models.
 TOL = 0.01
@@ -124,7 +124,8 @@ async def test_concurrent_requests_keep_their_solo_text(slots_server: LucernaSer
     async with httpx.AsyncClient(base_url=slots_server.base_url) as client:
         props = (await client.get("/props")).json()
         assert props["parallel"] == PARALLEL and props["total_slots"] == PARALLEL
-        assert props["n_ctx"] == N_CTX // PARALLEL
+        assert props["n_ctx"] == N_CTX
+        assert props["parallel_choice"]["source"] == "configured"
         status = (await client.get("/status")).json()["models"][MODEL]
         assert status["parallel"] == PARALLEL
         solo = await solo_runs(client)
