@@ -151,12 +151,23 @@ class ServedModel:
 
     @property
     def n_ctx(self) -> int:
-        """The context one request has: the daemon's, shared by its ``parallel``
-        sequences (``n_ctx / parallel`` each, PROTOCOL.md 9)."""
+        """The context each request is promised: the daemon's KV pool holds this much for
+        each of its ``parallel`` sequences (docs/batching.md)."""
         client = self.supervisor.client
         if client is not None and client.ready is not None:
             return client.ready.n_ctx // client.ready.parallel
         return (self.launch.n_ctx or 0) // self.parallel
+
+    @property
+    def context_limit(self) -> int:
+        """The most tokens one request may hold: its promised ``n_ctx``, or with several
+        sequences the whole pool up to the training context, taking what the others leave
+        free (the daemon preempts when the pool runs short, PROTOCOL.md 9.6)."""
+        client = self.supervisor.client
+        if self.parallel == 1 or client is None or client.ready is None:
+            return self.n_ctx
+        ready = client.ready
+        return min(ready.n_ctx, ready.n_ctx_train) if ready.n_ctx_train > 0 else ready.n_ctx
 
     @property
     def output_cap(self) -> int:

@@ -233,6 +233,8 @@ def props(model: ServedModel, registry: ModelRegistry,
         "architecture": model.info.architecture,
         "state": model.supervisor.state.value,
         "n_ctx": model.n_ctx,
+        # With several sequences a request may take more than n_ctx from the shared pool.
+        "n_ctx_request_max": model.context_limit,
         "n_ctx_train": ready.n_ctx_train if ready is not None else model.info.context_length,
         "max_output_tokens": model.output_cap,
         "max_output_tokens_source": ("configured" if model.max_output_tokens is not None

@@ -161,18 +161,18 @@ def logprob(word: int) -> float:
 
 
 def assert_near_solo(alone: list[tuple[int, ...]], batched: list[tuple[int, ...]], label: str,
-                     *, greedy: bool) -> None:
-    """The rule of the module docstring: logprobs within TOL / 2 while the tokens agree;
-    a greedy token differs only where the solo run's best two were within TOL."""
+                     *, greedy: bool, tol: float = TOL) -> None:
+    """The rule of the module docstring: logprobs within tol / 2 while the tokens agree;
+    a greedy token differs only where the solo run's best two were within tol."""
     for index, (a, b) in enumerate(zip(alone, batched, strict=False)):
         if a[0] != b[0]:
             gap = logprob(a[3]) - logprob(a[5])
-            assert not greedy or gap < TOL, (
+            assert not greedy or gap < tol, (
                 f"{label}: token {index} is {b[0]} batched, {a[0]} alone, where the best two "
                 f"were {gap:.4f} apart")
             return
         for word in (1, 3, 5):
-            assert abs(logprob(a[word]) - logprob(b[word])) < TOL / 2, f"{label}: token {index}"
+            assert abs(logprob(a[word]) - logprob(b[word])) < tol / 2, f"{label}: token {index}"
     assert len(alone) == len(batched), label
 
 
