@@ -94,6 +94,7 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
     } else if (q.reuse) {
         const int32_t limit = q.snap_pos != 0 ? q.snap_pos - 1 : r->n_prompt();
         r->reused = reuse_prefix(ctx, live, session_.snapshots, q.prompt, limit, nullptr, lane);
+        share_from_other_lane(*r, limit);
     } else {
         clear_sequence(ctx, lane);
         live.clear();
@@ -110,6 +111,31 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
         finish_prefill(*r);
     }
     running_.push_back(std::move(r));
+}
+
+void BatchScheduler::share_from_other_lane(Running & r, int32_t limit) {
+    llama_context * ctx = session_.engine.context.get();
+    const llama_model * model = session_.engine.model.get();
+    const int32_t lane = r.lane();
+    ReusedPrefix best;
+    int32_t from = -1;
+    for (size_t other = 0; other < session_.lanes.size(); ++other) {
+        if (static_cast<int32_t>(other) == lane) {
+            continue;
+        }
+        const ReusedPrefix offer = prefix_offer(model, session_.lanes[other], r.req.prompt, limit);
+        if (offer.n_tokens > best.n_tokens) {
+            best = offer;
+            from = static_cast<int32_t>(other);
+        }
+    }
+    if (best.n_tokens <= r.reused.n_tokens) {
+        return;  // its own sequence holds as much (or the others nothing)
+    }
+    share_prefix(ctx, session_.lanes[static_cast<size_t>(lane)], lane, session_.lanes[static_cast<size_t>(from)],
+                 from, best);
+    r.reused = best;
+    ++session_.stats.shared_prefixes;
 }
 
 void BatchScheduler::finish_prefill(Running & r) {

@@ -63,6 +63,12 @@ public:
 private:
     struct Running;
 
+    // Shared prefix: when another sequence holds a longer prefix of r's prompt than r's
+    // own sequence kept (its live tokens, or for a hybrid or sliding-window model one of
+    // its checkpoints), r's sequence takes it from there (engine/prefix_reuse.h
+    // share_prefix): concurrent conversations with one system prompt prefill it once
+    // and hold its attention KV once (PROTOCOL.md 9.7).
+    void share_from_other_lane(Running & r, int32_t limit);
     void finish_prefill(Running & r);
     // Writes the end record and returns the done line; releases the lane.
     std::string finish(Running & r);
