@@ -14,8 +14,8 @@ What equality holds was measured on this CPU build (issue 21 item 3), with logpr
   any setting we have: the engine's CPU kernels compute a row differently depending on
   the other rows of the batch (the exact lane-alone runs rule out state shared between
   lanes). Measured over 5 prompts and 32 greedy tokens: on the F16 test models (qwen3,
-  qwen35, laguna), default settings with one KV stream per sequence (``--kv-
-  unified=off``, the default before the shared pool), logprobs stay within 2.8e-3 of
+  qwen35, laguna), default settings with one KV stream per sequence
+  (``--kv-unified=off``, the default before the shared pool), logprobs stay within 2.8e-3 of
   solo ones and tokens agreed; in the shared pool (the default now) the sequences' cells
   interleave and the deviation grows (laguna, 48 tokens: 5.1e-3;
   tests/native/test_preemption.py measures the pool and states its own tolerance), so
