@@ -330,6 +330,8 @@ class Metrics:
             # Requests that generate at once (``--parallel``), each with ``n_ctx`` tokens;
             # with more than one, the model's tokenizer daemon (orchestrator/slots.py).
             "parallel": model.parallel,
+            # How it was chosen: configured, or fitted to the memory (parallel_default.py).
+            "parallel_choice": model.parallel_status,
             "tokenizer_pid": _tokenizer_pid(model),
             "architecture": model.info.architecture,
             "role": model.launch.role.name,

@@ -17,8 +17,15 @@ from orchestrator.config._hosts import host_launch_fields
 from orchestrator.config._keys import CHAT_MODEL_PATH, DEFAULT_MODEL_PATH
 from orchestrator.config._schema import LucernaConfig, ModelSettings, ServerSettings
 from orchestrator.errors import ConfigError
+from orchestrator.parallel_default import (
+    ParallelChoice,
+    backend_free_bytes,
+    choose_parallel,
+    pool_tokens,
+)
 from orchestrator.prefix_cache import CacheSettings, PrefixCache, default_ram_bytes
 from orchestrator.reasoning import ReasoningControl
+from orchestrator.settings import N_CTX
 
 if TYPE_CHECKING:
     from daemons.gguf_info import GGUFInfo
@@ -93,13 +100,17 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             draft, draft_info = gguf(settings.draft, f"{where}.draft")
             _check_draft(role, draft_info.architecture, f"{where}.draft")
         _check_parallel(settings, where)
-        parallel = settings.parallel
+        choice = _parallel_choice(settings, path, info, proxy, native.backend, cache.enabled)
+        parallel = choice.parallel
         where_runs: dict[str, object] = (
             {"executable": native.binary(role.name), "model": path, "draft": draft,
              "launcher": settings.launcher} if settings.host is None
             else host_launch_fields(hosts[settings.host], role, path, draft))
         launch = DaemonLaunch(
-            role=role, n_ctx=settings.n_ctx, parallel=parallel if parallel > 1 else None,
+            role=role,
+            n_ctx=(pool_tokens(settings.n_ctx or N_CTX.default, parallel) if parallel > 1
+                   else settings.n_ctx),
+            parallel=parallel if parallel > 1 else None,
             threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
             draft_block_size=settings.draft_block_size,
@@ -126,6 +137,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             reasoning=_reasoning_default(settings),
             embeddings=settings.embeddings,
             shards=tuple(shards[name] for name in settings.shards),
+            parallel_choice=choice,
         ))
     return served
 
@@ -148,8 +160,29 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
         disk_bytes=(server.kv_cache_dir_mib << 20) // max(1, n_models))
 
 
+def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy: bool,
+                     backend: str, prefix_cache: bool) -> ParallelChoice:
+    """``parallel`` as configured, else one where a draft, PFlash or the prefix cache needs
+    it, else as many sequences as fit the memory (``orchestrator.parallel_default``)."""
+    if settings.parallel is not None:
+        return ParallelChoice(settings.parallel, "configured")
+    if settings.draft is not None:
+        return ParallelChoice(1, "draft: a speculative daemon serves one sequence")
+    if proxy or (settings.prefill is not None and settings.prefill.mode != "off"):
+        return ParallelChoice(1, "prefill: PFlash drives the target one request at a time")
+    fitted = choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
+                             backend_free_bytes(backend))
+    if prefix_cache and fitted.parallel > 1:
+        # The prefix cache drives sequence 0 over protocol 1 (issue 13 item 5): until it
+        # serves several sequences, the default keeps it and says what would fit.
+        return replace(fitted, parallel=1, fits=fitted.parallel,
+                       source="prefix cache: it serves one sequence yet; --cache-ram 0 or "
+                       "parallel = N to batch")
+    return fitted
+
+
 def _check_parallel(settings: ModelSettings, where: str) -> None:
-    if settings.parallel == 1:
+    if settings.parallel is None or settings.parallel == 1:
         return
     if settings.draft is not None:
         raise ConfigError(f"{where}: parallel = {settings.parallel} with a draft: a "

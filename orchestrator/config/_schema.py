@@ -131,8 +131,9 @@ class ModelSettings:
     """The ``[[hosts]]`` entry that runs the daemon; None: this machine. ``path`` is then
     a local copy whose header the front end reads; the daemon loads the host's file."""
     queue_limit: int = ModelKeys.QUEUE_LIMIT.default
-    parallel: int = ModelKeys.PARALLEL.default
-    """Requests that generate at once in one daemon (``--parallel``, PROTOCOL.md 9)."""
+    parallel: int | None = ModelKeys.PARALLEL.default
+    """Requests that generate at once in one daemon (``--parallel``, PROTOCOL.md 9); None:
+    as many as fit the memory (``orchestrator.parallel_default``)."""
     max_output_tokens: int | None = ModelKeys.MAX_OUTPUT_TOKENS.default
     """Cap on the tokens of one request, whatever it asks; None: a quarter of n_ctx."""
     restart: RestartPolicy = field(default_factory=RestartPolicy)

@@ -95,6 +95,13 @@ const Flag kFlags[] = {
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          opts.parallel = static_cast<int32_t>(flag_int(flag, value, 1, kMaxParallel));
      }},
+    {"--kv-unified",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "on" && value != "off") {
+             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be on or off");
+         }
+         opts.kv_split = value == "off";
+     }},
     {"--max-line",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          // A floor that every valid command fits, so a typo cannot lock the client out.

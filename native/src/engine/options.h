@@ -52,9 +52,12 @@ struct DaemonOptions {
     int32_t chunk = 512;
     int32_t n_slots = kDefaultSlots;  // snapshot slots 0 .. n_slots-1
     // --parallel: sequences that decode together in one engine context (PROTOCOL.md 9),
-    // numbered 0 .. parallel-1. Each has its own share of the KV cache (n_ctx / parallel
-    // cells) and its own recurrent state.
+    // numbered 0 .. parallel-1. They share one KV pool of n_ctx cells; each has its own
+    // recurrent state.
     int32_t parallel = 1;
+    // --kv-unified=off: one KV stream of n_ctx / parallel cells per sequence instead of
+    // the pool, so a sequence alone computes bit for bit what a --parallel 1 run does.
+    bool kv_split = false;
     int64_t max_line = 1 << 20;    // longest command line in bytes (line_too_long beyond)
     PlacementOptions placement;  // --rpc, --override-tensor, --experts-in-host, --rpc-listen
 
