@@ -117,7 +117,10 @@ class DaemonLaunch:
     draft: Path | None = None
     """qwen35: a DFlash draft GGUF; every generation decodes speculatively (PROTOCOL.md 5.9)."""
     draft_block_size: int | None = None
-    """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
+    """Tokens per verify step; None: the draft's own ``dflash.block_size`` (16 for lookup
+    alone)."""
+    lookup: str | None = None
+    """Prompt lookup (PROTOCOL.md 5.9): ``"opt-in"`` or ``"on"``; None: off."""
     extra_args: tuple[str, ...] = ()
     # Prepended to argv, e.g. ("ssh", "host") or ("ip", "netns", "exec", "h2").
     launcher: tuple[str, ...] = ()
@@ -133,8 +136,10 @@ class DaemonLaunch:
                              f"{self.override_tensors!r}")
         if self.experts_in_host is not None and not 0 <= self.experts_in_host <= 1:
             raise ValueError(f"experts_in_host must be in [0, 1], got {self.experts_in_host}")
-        if self.draft_block_size is not None and self.draft is None:
-            raise ValueError("draft_block_size needs a draft")
+        if self.draft_block_size is not None and self.draft is None and self.lookup is None:
+            raise ValueError("draft_block_size needs a draft or lookup")
+        if self.lookup not in (None, "opt-in", "on"):
+            raise ValueError(f"lookup must be 'opt-in' or 'on' (None: off), got {self.lookup!r}")
 
     def argv(self, stream_fd: int | None) -> list[str]:
         args: list[str] = [*self.launcher, str(self.executable), str(self.model)]
@@ -154,6 +159,7 @@ class DaemonLaunch:
             ("rpc-listen", self.rpc_listen),
             ("draft", self.draft),
             ("draft-block-size", self.draft_block_size),
+            ("lookup", self.lookup),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)
         args.extend(self.extra_args)

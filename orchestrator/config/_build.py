@@ -78,6 +78,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
             draft=draft, draft_block_size=settings.draft_block_size,
+            lookup=None if settings.lookup == "off" else settings.lookup,
             extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
         )
         served.append(ServedModel(
@@ -124,6 +125,10 @@ def _check_parallel(settings: ModelSettings, where: str) -> None:
         raise ConfigError(f"{where}: parallel = {settings.parallel} with a draft: a "
                           "speculative daemon serves one sequence (PROTOCOL.md 9.5). Fix: "
                           "set parallel = 1, or leave draft out.")
+    if settings.lookup != "off":
+        raise ConfigError(f"{where}: parallel = {settings.parallel} with lookup = "
+                          f"\"{settings.lookup}\": a speculative daemon serves one sequence "
+                          "(PROTOCOL.md 9.5). Fix: set parallel = 1, or lookup = \"off\".")
     if settings.prefill is not None and settings.prefill.mode != "off":
         raise ConfigError(f"{where}: parallel = {settings.parallel} with [models.prefill]: "
                           "PFlash drives the target one request at a time. Fix: set "
