@@ -234,6 +234,8 @@ def props(model: ServedModel, registry: ModelRegistry,
         "architecture": model.info.architecture,
         "state": model.supervisor.state.value,
         "n_ctx": model.n_ctx,
+        # With several sequences a request may take more than n_ctx from the shared pool.
+        "n_ctx_request_max": model.context_limit,
         "n_ctx_train": ready.n_ctx_train if ready is not None else model.info.context_length,
         "max_output_tokens": model.output_cap,
         "max_output_tokens_source": ("configured" if model.max_output_tokens is not None
@@ -245,6 +247,7 @@ def props(model: ServedModel, registry: ModelRegistry,
         # llama-server's slots are our sequences: requests that generate at once.
         "total_slots": model.parallel,
         "parallel": model.parallel,
+        "parallel_choice": model.parallel_status,
         "chat_template": None if template is None else template.source,
         "chat_template_source": None if template is None else (
             "fallback" if template.is_fallback else "gguf"),
