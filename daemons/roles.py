@@ -202,6 +202,7 @@ class DaemonLaunch:
             ("rpc-listen", self.rpc_listen),
             ("draft", self.draft),
             ("draft-block-size", self.draft_block_size),
+            ("lookup", self.lookup),
             ("keepalive-ms", self.keepalive_ms if self.channel == "stdout" else None),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)

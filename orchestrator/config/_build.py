@@ -164,7 +164,8 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
 def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy: bool,
                      backend: str, prefix_cache: bool) -> ParallelChoice:
     """``parallel`` as configured, else one where a draft, prompt lookup, PFlash or the
-    prefix cache needs it, else as many sequences as fit the memory (``orchestrator.parallel_default``)."""
+    prefix cache needs it, else as many sequences as fit the memory
+    (``orchestrator.parallel_default``)."""
     if settings.parallel is not None:
         return ParallelChoice(settings.parallel, "configured")
     if settings.draft is not None:
