@@ -201,3 +201,29 @@ def test_lookup_flags_and_options_are_checked(
     _, reply = daemon.stream_command("generate ids:1,2,3,1,2,3,1,2,3 8 logprobs=1 lookup=1")
     assert (fields(reply)["spec"], fields(reply)["draft_steps"]) == ("none", "0")
     assert daemon.quit() == 0
+
+
+def test_cancel_and_restore_with_lookup(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    """A cancel mid-verify leaves a clean sequence, and a restore decodes with lookup as
+    a generate does (the tokens compared are the same daemon's, so same arithmetic)."""
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=2048", ONE_THREAD,
+                   "--lookup=on", "--lookup-min=1", "--slots=2")
+    daemon.ready()
+    prompt = repeating_prompts(1, 151000, seed=5)[0]
+    expected, _ = daemon.stream_command(f"generate {ids(prompt)} 16 ignore_eos=1")
+    daemon.send(f"generate {ids(prompt)} 1500 ignore_eos=1")
+    first = daemon.read_value()
+    daemon.send("cancel")
+    rest = daemon.read_stream()
+    assert daemon.ok(daemon.readline(), "generate")["finish"] == "cancelled"
+    assert daemon.ok(daemon.readline(), "cancel")["running"] == "1"
+    got = [first, *rest]
+    assert got[: min(len(got), 16)] == expected[: min(len(got), 16)]
+    assert daemon.stream_command(f"generate {ids(prompt)} 16 ignore_eos=1")[0] == expected
+    # A snapshot of the prompt, restored: the same tokens, lookup running.
+    daemon.stream_command(f"generate {ids(prompt)} 1 snap={len(prompt)}:0")
+    tokens, reply = daemon.stream_command(f"restore 0 {ids(prompt)} 16 ignore_eos=1")
+    assert tokens == expected and fields(reply)["spec"] == "lookup"
+    assert daemon.quit() == 0
