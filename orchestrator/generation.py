@@ -161,7 +161,7 @@ async def tokenize_text(model: ServedModel, text: str, *, template_bos: str = ""
 
 def completion_budget(model: ServedModel, request: GenerationRequest) -> int:
     """How many tokens may be generated; raises the 400s a request can earn."""
-    n_ctx = model.n_ctx
+    n_ctx = model.context_limit
     n_prompt = len(request.prompt)
     if n_prompt == 0:
         raise BadRequestError("the prompt is empty after applying the chat template")
@@ -193,7 +193,7 @@ def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
     OpenCode to send), so the cap ends it too. A smaller ``max_tokens`` and a full
     context still end in ``length``.
     """
-    room = model.n_ctx - len(request.prompt)
+    room = model.context_limit - len(request.prompt)
     wanted = request.max_tokens if request.max_tokens is not None else room
     return model.output_cap <= wanted and model.output_cap < room
 
@@ -208,6 +208,10 @@ async def prepare_generation(model: ServedModel, generation: GenerationRequest,
         generation = await model.prefill.apply(
             generation, headers, target=model, tokenize=functools.partial(prompt_ids, model))
     completion_budget(model, generation)
+    if generation.lookup and model.launch.lookup is None:
+        raise BadRequestError(f"model {model.name!r} serves no prompt lookup (its lookup "
+                              'setting is "off"); leave lookup out, or set lookup = "opt-in" '
+                              "in its config", param="lookup")
     return generation
 
 
@@ -303,6 +307,7 @@ async def generate_events(
                     json_schema=request.json_schema,
                     snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
                     logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
+                    lookup=request.lookup,
                 ) as stream:
                     on_started()
                     if not prompt_scored:
@@ -401,7 +406,7 @@ def _token_logprob(pieces: PieceTable, record: TokenLogprobs) -> TokenLogprob:
 
 
 def _speculation(summary: GenerateSummary | None) -> Speculation | None:
-    if summary is None or summary.draft_steps is None:
-        return None
+    if summary is None or summary.draft_steps is None or summary.spec == "none":
+        return None  # not speculative, or no proposer ran for this request
     return Speculation(draft_steps=summary.draft_steps, proposed=summary.draft_proposed or 0,
-                       accepted=summary.draft_accepted or 0)
+                       accepted=summary.draft_accepted or 0, method=summary.spec)

@@ -22,18 +22,28 @@ double ms_since(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & emitter, Batch & batch,
-                        SpecCounters & counters, bool propose) {
+                        SpecCounters & counters, const SpecChoice & choice) {
     llama_context * ctx = session.engine.context.get();
     llama_memory_t memory = llama_get_memory(ctx);
     LiveSequence & live = session.live;
     Speculator & spec = session.spec;
     DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
-    OracleProposer * oracle = spec.oracle();
+    OracleProposer * oracle = choice.oracle ? spec.oracle() : nullptr;
     const int32_t block = spec.block_size();
-    // Greedy without a grammar takes each verify row's argmax from the graph (engine/
-    // engine.cpp turns it on for speculative daemons): ids only, no host scan. The same
-    // rule as the host's pick, on the same logits, so the same tokens.
-    const bool device_argmax = propose && picker.argmax_only() && session.engine.output_argmax;
+    LookupBudget budget;
+    // Greedy without a grammar takes each row's argmax from the graph (engine/engine.cpp
+    // turns it on for speculative daemons): ids only, no host scan. The same rule as the
+    // host's pick, on the same logits, so the same tokens.
+    const bool device_argmax = picker.argmax_only() && session.engine.output_argmax;
+    // A draft or the oracle fills every step's room, so their steps are full blocks until
+    // the end of the request shrinks the room; there the batch keeps its `block` rows,
+    // wherever the context has room: a shorter batch is a graph of a new shape, which the
+    // engine builds afresh and runs outside the CUDA graph it captured for the full block.
+    // Rows past k carry padding (the draft's further guesses, or `last` repeated): they are
+    // decoded and rolled back with the rejected rows, and never picked. Prompt lookup alone
+    // proposes as many tokens as it finds, and pads nothing.
+    const bool fills_room = (choice.draft && draft != nullptr) || oracle != nullptr;
+    const auto n_ctx = static_cast<llama_pos>(llama_n_ctx(ctx));
 
     std::vector<llama_token> proposals;
     std::vector<int32_t> committed;  // for the oracle: the live tokens plus `last`
@@ -42,29 +52,33 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         return;
     }
     llama_token last = *picked;
-    const auto n_ctx = static_cast<llama_pos>(llama_n_ctx(ctx));
     while (true) {
         const llama_pos n = live.size();  // where `last` goes
         // A step commits at most k + 1 tokens; never propose past what may be written.
-        const int32_t k = propose ? std::max(0, std::min(block - 1, emitter.remaining() - 1)) : 0;
-        // But the batch keeps its full `block` rows near the end of a request, wherever the
-        // context has room: a shorter batch is a graph of a new shape, which the engine
-        // builds afresh and runs outside the CUDA graph it captured for the full block.
-        // Rows past k carry padding (the draft's further guesses, or `last` repeated): they
-        // are decoded and rolled back with the rejected rows, and never picked.
-        const int32_t n_rows = propose && n + block <= n_ctx ? block : k + 1;
+        const int32_t room = std::max(0, std::min(block - 1, emitter.remaining() - 1));
+        const bool padded = fills_room && n + block <= n_ctx;
         proposals.clear();
-        if (k > 0 && draft != nullptr) {
-            const auto t_draft = std::chrono::steady_clock::now();
-            draft->propose(last, n, n_rows - 1, proposals);
-            counters.draft_ms += ms_since(t_draft);
-        }
-        if (k > 0 && oracle != nullptr) {
+        bool looked_up = false;
+        if (room > 0 && (choice.lookup || oracle != nullptr)) {
             committed = live.tokens();
             committed.push_back(last);
-            oracle->propose(committed, k, proposals);  // replaces the draft's, if it ran
         }
-        proposals.resize(static_cast<size_t>(n_rows - 1), last);
+        if (room > 0 && choice.lookup && budget.propose_now()) {
+            propose_from_context(committed, room, session.opts.lookup_min, proposals);
+            looked_up = !proposals.empty();
+        }
+        if (room > 0 && !looked_up && choice.draft && draft != nullptr) {
+            const auto t_draft = std::chrono::steady_clock::now();
+            draft->propose(last, n, padded ? block - 1 : room, proposals);
+            counters.draft_ms += ms_since(t_draft);
+        }
+        if (room > 0 && oracle != nullptr) {
+            oracle->propose(committed, room, proposals);  // replaces the others', if they ran
+            looked_up = false;
+        }
+        const auto k = static_cast<int32_t>(std::min<size_t>(proposals.size(), static_cast<size_t>(room)));
+        const int32_t n_rows = padded ? block : k + 1;
+        proposals.resize(static_cast<size_t>(std::max(k, n_rows - 1)), last);
 
         batch.clear();
         batch.add(last, n, /*want_logits =*/true);
@@ -110,6 +124,9 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             const auto t_ingest = std::chrono::steady_clock::now();
             draft->ingest(ctx, 0, kept, n);
             counters.draft_ms += ms_since(t_ingest);
+        }
+        if (looked_up) {
+            budget.update(k, static_cast<int32_t>(accepted));
         }
         if (k > 0) {
             ++counters.steps;
