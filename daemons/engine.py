@@ -12,6 +12,14 @@ Cache layout (``lucerna_cache_dir()``)::
     engine/llama-cpp-python-0.3.36/src/            the unpacked llama.cpp tree
     engine/llama-cpp-python-0.3.36/build-cpu/      one build tree per backend
     engine/llama-cpp-python-0.3.36/build-cuda/
+    engine/llama-cpp-python-0.3.36/src-p<hash>/    with our patch series applied
+    engine/llama-cpp-python-0.3.36/build-cpu-p<hash>/
+
+Our patch series (``native/engine-patches/``, see daemons/_patches.py) applies to a
+copy of the checked tree: the pristine tree stays for the benchmark peer, which must
+be the engine as its users get it. Patched trees and builds are named after the
+series' hash, so checkouts with different series share one cache without rebuilding
+each other's engine, and a changed series builds afresh.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from pathlib import Path
 from daemons._build import Progress, cmake_build_once
 from daemons._fetch import fetch_pinned
 from daemons._locking import file_lock
+from daemons._patches import apply_series, read_series, series_hash
 from daemons.errors import BuildError
 from daemons.paths import lucerna_cache_dir
 
@@ -38,6 +47,7 @@ __all__ = [
     "engine_root",
     "ensure_engine",
     "ensure_engine_source",
+    "ensure_patched_source",
     "selected_backend",
 ]
 
@@ -100,10 +110,19 @@ class EngineBuild:
     backend: str
     source_dir: Path
     build_dir: Path
+    series_hash: str  # of our patch series; "" when there is none
 
     @property
     def library_dir(self) -> Path:
         return self.build_dir / "bin"
+
+    @property
+    def name(self) -> str:
+        """The pin, plus the series it carries: daemons report it in their ready line
+        and stamp it into snapshots, so a snapshot never crosses engine builds."""
+        if not self.series_hash:
+            return self.pin.name
+        return f"{self.pin.name}+{_series_tag(self.series_hash)}"
 
 
 def selected_backend() -> str:
@@ -151,6 +170,40 @@ def ensure_engine_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print
     return source
 
 
+def _series_tag(digest: str) -> str:
+    return f"p{digest[:12]}"
+
+
+def ensure_patched_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print) -> Path:
+    """The pinned tree with our patch series applied: the tree our daemons build on.
+
+    With no series this is the pristine tree itself."""
+    pristine = ensure_engine_source(pin, progress)
+    series = read_series()
+    if not series:
+        return pristine
+    digest = series_hash(series)
+    root = engine_root(pin)
+    source = root / f"src-{_series_tag(digest)}"
+    stamp = root / f"src-{_series_tag(digest)}.sha256"
+    wanted = f"{pin.sha256}+{digest}"
+    if stamp.exists() and stamp.read_text().strip() == wanted and source.is_dir():
+        return source
+    with file_lock(root / ".lock"):
+        if stamp.exists() and stamp.read_text().strip() == wanted and source.is_dir():
+            return source
+        progress(f"applying {len(series)} engine patches: "
+                 + ", ".join(patch.name for patch in series))
+        staging = root / f"src-{_series_tag(digest)}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(pristine, staging, symlinks=True)
+        apply_series(series, staging)
+        shutil.rmtree(source, ignore_errors=True)
+        staging.rename(source)
+        stamp.write_text(wanted + "\n")
+    return source
+
+
 # Without a GPU to ask (building on one machine for another), cover the cards people
 # run: Ampere, Ada and Hopper (sm_90 is the H100/H200).
 _CUDA_PORTABLE_ARCHS = "80;86;89;90"
@@ -186,14 +239,19 @@ def ensure_engine(
     backend = backend or selected_backend()
     if backend not in BACKENDS:
         raise BuildError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    source = ensure_engine_source(pin, progress)
-    build_dir = engine_root(pin) / f"build-{backend}"
-    build = EngineBuild(pin=pin, backend=backend, source_dir=source, build_dir=build_dir)
+    source = ensure_patched_source(pin, progress)
+    series = read_series()
+    digest = series_hash(series) if series else ""
+    suffix = f"-{_series_tag(digest)}" if digest else ""
+    build_dir = engine_root(pin) / f"build-{backend}{suffix}"
+    build = EngineBuild(pin=pin, backend=backend, source_dir=source, build_dir=build_dir,
+                        series_hash=digest)
     cmake_build_once(
-        source=source, sha256=pin.sha256, build_dir=build_dir, args=cmake_args(backend),
+        source=source, sha256=f"{pin.sha256}+{digest}" if digest else pin.sha256,
+        build_dir=build_dir, args=cmake_args(backend),
         targets=ENGINE_TARGETS, stamp_name="lucerna-engine.json",
         lock=engine_root(pin) / f".lock-{backend}", name="the engine",
-        announce=f"building the pinned engine ({pin.name}, ggml {pin.ggml_version}, "
+        announce=f"building the pinned engine ({build.name}, ggml {pin.ggml_version}, "
                  f"{backend}); this happens once and takes minutes",
         progress=progress)
     return build

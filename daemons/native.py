@@ -76,7 +76,7 @@ def _configure_args(engine: EngineBuild, build_dir: Path) -> list[str]:
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DLUCERNA_ENGINE_SRC={engine.source_dir}",
         f"-DLUCERNA_ENGINE_BUILD={engine.build_dir}",
-        f"-DLUCERNA_ENGINE_NAME={engine.pin.name}",
+        f"-DLUCERNA_ENGINE_NAME={engine.name}",
         f"-DLUCERNA_BACKEND={engine.backend}",
     ]
     if shutil.which("ninja"):
@@ -92,7 +92,7 @@ def _is_configured(engine: EngineBuild, build_dir: Path) -> bool:
     return (
         entries.get("LUCERNA_ENGINE_SRC") == str(engine.source_dir)
         and entries.get("LUCERNA_ENGINE_BUILD") == str(engine.build_dir)
-        and entries.get("LUCERNA_ENGINE_NAME") == engine.pin.name
+        and entries.get("LUCERNA_ENGINE_NAME") == engine.name
         and entries.get("LUCERNA_BACKEND") == engine.backend
     )
 

@@ -76,6 +76,9 @@ class ServedModel:
     # "mean" or "last": POST /v1/embeddings pools this model's hidden states so (the
     # daemon's embed, PROTOCOL.md 5.11); None: not configured for embeddings.
     embeddings: str | None = None
+    # ds4 shards whose devices the target uses over ggml RPC (``[[shards]]``), each
+    # supervised on its own; the target starts once they are ready.
+    shards: tuple[Supervisor, ...] = ()
     # How ``parallel`` was chosen (configured, or fitted to the memory), for /props and
     # /status; None: built by hand (tests), ``launch.parallel`` as given.
     parallel_choice: ParallelChoice | None = None
@@ -83,7 +86,8 @@ class ServedModel:
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
                                      on_ready=self._on_ready,
-                                     on_demand=self.residence.load == "on_demand")
+                                     on_demand=self.residence.load == "on_demand",
+                                     needs=self.shards)
         self.queue = RequestQueue(self.queue_limit, on_turn=self.wake, parallel=self.parallel)
 
     def remember_tokens(self, key: tuple[str, bool], ids: list[int]) -> None:

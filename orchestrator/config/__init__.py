@@ -19,7 +19,8 @@ The schema (configs/lucerna.toml is a commented example)::
     [[models]]                    one table per model; at least one
     name, path ("default" = the embedded gemma3-270m, "default-chat" = the embedded
     SmolLM2-135M-Instruct), role, n_ctx, threads,
-    n_gpu_layers, chunk, slots, draft, draft_block_size, extra_args, launcher, env, queue_limit,
+    n_gpu_layers, chunk, slots, draft, draft_block_size, lookup ("off" | "opt-in" | "on"),
+    extra_args, launcher, env, queue_limit,
     max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
     max_delay_s, healthy_after_s}, load ("boot" | "on_demand"), idle ("10m": park
     or stop it after that long unused), idle_action ("park" | "stop"), group,
@@ -29,10 +30,23 @@ The schema (configs/lucerna.toml is a commented example)::
 
     [models.prefill]              PFlash compression / proxy mode; see
                                   orchestrator/prefill/_settings.py for the keys
+    host, shards, override_tensor   (in [[models]]) the [[hosts]] entry that runs the
+                                  daemon; the [[shards]] whose devices it adds (RPC0..);
+                                  REGEX=DEVICE tensor placements
+
+    [[hosts]]                     a machine reached through a launcher (ssh); its
+    name, launcher, backend ("cpu" | "cuda" | "hip": picks its build), checkout,
+    daemon_dir, model_dir, scratch_dir, remote_shell, link_timeout, keepalive
+
+    [[shards]]                    a ds4_shard daemon serving its device over ggml RPC
+    name, path, host, listen ("HOST:PORT"), threads, extra_args
 
 ``draft`` is a DFlash draft GGUF for the model's qwen35 daemon: every generation then
-decodes speculatively (PROTOCOL.md 5.9). The daemon's benchmark-only oracle proposer has
-no key here on purpose: it is a daemon flag and nothing an API client can reach.
+decodes speculatively (PROTOCOL.md 5.9). ``lookup`` is prompt lookup, speculation from
+the context itself, for any target: "opt-in" lets a request ask with ``"lookup": true``,
+"on" runs it for every request that does not say ``"lookup": false``. The daemon's
+benchmark-only oracle proposer has no key here on purpose: it is a daemon flag and
+nothing an API client can reach.
 
 Relative paths (``path``, ``draft``, ``api_key_file``) are relative to the file's directory.
 Reading a model's GGUF header and choosing its daemon happen in ``build_models``,
@@ -50,9 +64,11 @@ from orchestrator.config._keys import (
     CHAT_MODEL_PATH,
     DEFAULT_MODEL_PATH,
     LOG_LEVELS,
+    HostKeys,
     ModelKeys,
     RestartKeys,
     ServerKeys,
+    ShardKeys,
 )
 from orchestrator.config._load import load_config, parse_config, parse_duration, read_api_key_file
 from orchestrator.config._overrides import (
@@ -63,9 +79,11 @@ from orchestrator.config._overrides import (
 )
 from orchestrator.config._schema import (
     EMBEDDED_MODEL_NAMES,
+    HostSettings,
     LucernaConfig,
     ModelSettings,
     ServerSettings,
+    ShardSettings,
 )
 
 __all__ = [
@@ -73,6 +91,8 @@ __all__ = [
     "DEFAULT_MODEL_PATH",
     "EMBEDDED_MODEL_NAMES",
     "LOG_LEVELS",
+    "HostKeys",
+    "HostSettings",
     "LucernaConfig",
     "ModelKeys",
     "ModelSettings",
@@ -80,6 +100,8 @@ __all__ = [
     "RestartKeys",
     "ServerKeys",
     "ServerSettings",
+    "ShardKeys",
+    "ShardSettings",
     "add_serve_arguments",
     "apply_overrides",
     "build_models",

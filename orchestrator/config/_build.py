@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from daemons.errors import DaemonsError
 from daemons.roles import DEFAULT_SLOTS, ROLES, DaemonLaunch, RoleSpec, target_role_for
+from orchestrator.config._hosts import host_launch_fields
 from orchestrator.config._keys import CHAT_MODEL_PATH, DEFAULT_MODEL_PATH
 from orchestrator.config._schema import LucernaConfig, ModelSettings, ServerSettings
 from orchestrator.errors import ConfigError
@@ -56,8 +57,29 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             raise ConfigError(f"{at}: {path} is not a readable GGUF file: {exc}. "
                               "Fix: point it at a GGUF model file.") from None
 
+    from orchestrator.supervisor import Supervisor
+
     served: list[ServedModel] = []
     cache = _cache_settings(config.server, len(config.models))
+    hosts = {host.name: host for host in config.hosts}
+    # One supervised daemon per shard, whichever models use it.
+    shards: dict[str, Supervisor] = {}
+    for i, shard in enumerate(config.shards):
+        where = f"{config.source}: shards[{i}] ({shard.name})"
+        shard_path, shard_info = gguf(shard.path, f"{where}.path")
+        shard_role = ROLES["ds4_shard"]
+        if shard_info.architecture not in shard_role.architectures:
+            raise ConfigError(f"{where}.path: a ds4 shard starts with a deepseek4 GGUF, this "
+                              f"one is {shard_info.architecture!r}. Fix: point it at the "
+                              "deepseek4 model.")
+        shard_runs: dict[str, object] = (
+            {"executable": native.binary(shard_role.name), "model": shard_path}
+            if shard.host is None
+            else host_launch_fields(hosts[shard.host], shard_role, shard_path, None))
+        shard_launch = DaemonLaunch(role=shard_role, threads=shard.threads,
+                                    rpc_listen=shard.listen, extra_args=shard.extra_args,
+                                    **shard_runs)  # type: ignore[arg-type]
+        shards[shard.name] = Supervisor(f"shard {shard.name}", shard_launch)
     for i, settings in enumerate(config.models):
         where = f"{config.source}: models[{i}] ({settings.name})"
         # PFlash proxy mode (orchestrator/prefill) runs no target: the model's own
@@ -80,16 +102,26 @@ def build_models(config: LucernaConfig, native: NativeBuild,
         _check_parallel(settings, where)
         choice = _parallel_choice(settings, path, info, proxy, native.backend, cache.enabled)
         parallel = choice.parallel
+        where_runs: dict[str, object] = (
+            {"executable": native.binary(role.name), "model": path, "draft": draft,
+             "launcher": settings.launcher} if settings.host is None
+            else host_launch_fields(hosts[settings.host], role, path, draft))
         launch = DaemonLaunch(
-            role=role, executable=native.binary(role.name), model=path,
+            role=role,
             n_ctx=(pool_tokens(settings.n_ctx or N_CTX.default, parallel) if parallel > 1
                    else settings.n_ctx),
             parallel=parallel if parallel > 1 else None,
             threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
-            draft=draft, draft_block_size=settings.draft_block_size,
-            extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
+            draft_block_size=settings.draft_block_size,
+            lookup=None if settings.lookup == "off" else settings.lookup,
+            rpc=tuple(shards[name].launch.rpc_listen or "" for name in settings.shards),
+            override_tensors=settings.override_tensor,
+            extra_args=settings.extra_args, env=dict(settings.env),
+            **where_runs,  # type: ignore[arg-type]
         )
+        # A daemon on another host writes its slot files there: RAM only for it.
+        model_cache = cache if settings.host is None else replace(cache, disk_dir=None)
         served.append(ServedModel(
             name=settings.name, info=info, launch=launch, queue_limit=settings.queue_limit,
             max_output_tokens=settings.max_output_tokens, restart_policy=settings.restart,
@@ -99,12 +131,13 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                                      restart=settings.restart),
             # The prefix cache snapshots and restores sequence 0 over protocol 1; a model
             # with several sequences does without it for now (issue 13 item 5).
-            prefix_cache=(PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS)
+            prefix_cache=(PrefixCache(settings.name, model_cache, launch.slots or DEFAULT_SLOTS)
                           if parallel == 1 else None),
             residence=Residence(load=settings.load, idle_s=settings.idle_s,
                                 idle_action=settings.idle_action, group=settings.group),
             reasoning=_reasoning_default(settings),
             embeddings=settings.embeddings,
+            shards=tuple(shards[name] for name in settings.shards),
             parallel_choice=choice,
         ))
     return served
@@ -130,12 +163,15 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
 
 def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy: bool,
                      backend: str, prefix_cache: bool) -> ParallelChoice:
-    """``parallel`` as configured, else one where a draft, PFlash or the prefix cache needs
-    it, else as many sequences as fit the memory (``orchestrator.parallel_default``)."""
+    """``parallel`` as configured, else one where a draft, prompt lookup, PFlash or the
+    prefix cache needs it, else as many sequences as fit the memory
+    (``orchestrator.parallel_default``)."""
     if settings.parallel is not None:
         return ParallelChoice(settings.parallel, "configured")
     if settings.draft is not None:
         return ParallelChoice(1, "draft: a speculative daemon serves one sequence")
+    if settings.lookup != "off":
+        return ParallelChoice(1, "lookup: a speculative daemon serves one sequence")
     if proxy or (settings.prefill is not None and settings.prefill.mode != "off"):
         return ParallelChoice(1, "prefill: PFlash drives the target one request at a time")
     fitted = choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
@@ -156,6 +192,10 @@ def _check_parallel(settings: ModelSettings, where: str) -> None:
         raise ConfigError(f"{where}: parallel = {settings.parallel} with a draft: a "
                           "speculative daemon serves one sequence (PROTOCOL.md 9.5). Fix: "
                           "set parallel = 1, or leave draft out.")
+    if settings.lookup != "off":
+        raise ConfigError(f"{where}: parallel = {settings.parallel} with lookup = "
+                          f"\"{settings.lookup}\": a speculative daemon serves one sequence "
+                          "(PROTOCOL.md 9.5). Fix: set parallel = 1, or lookup = \"off\".")
     if settings.prefill is not None and settings.prefill.mode != "off":
         raise ConfigError(f"{where}: parallel = {settings.parallel} with [models.prefill]: "
                           "PFlash drives the target one request at a time. Fix: set "

@@ -14,7 +14,14 @@ import re
 
 from daemons.roles import DEFAULT_SLOTS, ROLES
 from orchestrator.config._keys import ModelKeys
-from protocol import MAX_LOGPROBS, MAX_PARALLEL, PROTOCOL_VERSION, ErrorCode
+from protocol import (
+    CHANNEL_ALIVE_LINE,
+    CHANNEL_STREAM_WORD,
+    MAX_LOGPROBS,
+    MAX_PARALLEL,
+    PROTOCOL_VERSION,
+    ErrorCode,
+)
 from tests.native import sources
 
 
@@ -85,3 +92,30 @@ def test_protocol_constants() -> None:
     assert int(slots) == DEFAULT_SLOTS == native["kDefaultSlots"]
     parallel = re.findall(r"`1\.\.(\d+)`", sources.doc_flag_row("--parallel")[2])
     assert [int(p) for p in parallel] == [MAX_PARALLEL] == [native["kMaxParallel"]]
+
+
+def test_one_channel_units() -> None:
+    text = sources.native_source("wire/constants.h")
+    words = dict(re.findall(r'constexpr const char \* (kChannel\w+) = "([^"]*)";', text))
+    assert words == {"kChannelStreamWord": CHANNEL_STREAM_WORD,
+                     "kChannelAliveLine": CHANNEL_ALIVE_LINE}
+    units = sources.doc_table(sources.doc_section("10"), "unit")
+    cells = {row[0]: sources.ticked(row[1])[0] for row in units}
+    assert cells["stream frame"] == f"{CHANNEL_STREAM_WORD} N\\n"
+    assert cells["keep-alive"] == f"{CHANNEL_ALIVE_LINE}\\n"
+    keepalive = sources.doc_flag_row("--keepalive-ms")[1]
+    assert int(keepalive) == sources.native_constants()["kDefaultKeepaliveMs"]
+
+
+def test_lookup_modes_and_bounds() -> None:
+    """``--lookup``'s modes (the daemon's flag, the config's ``lookup``) and
+    ``--lookup-min``'s default and range (engine/lookup.h) as PROTOCOL.md section 1 says."""
+    modes = sources.ticked(sources.doc_flag_row("--lookup=")[0])[0].split("=", 1)[1]
+    assert tuple(modes.replace("\\", "").split("|")) == ModelKeys.LOOKUP.choices
+    args = sources.native_source("daemon/args.cpp")
+    assert all(f'"{mode}"' in args for mode in ModelKeys.LOOKUP.choices)
+    lookup = sources.native_source("engine/lookup.h")
+    engine = dict(re.findall(r"constexpr int32_t (k\w+) = (\d+);", lookup))
+    row = sources.doc_flag_row("--lookup-min")
+    assert int(row[1]) == int(engine["kDefaultLookupMin"])
+    assert re.findall(r"`1\.\.(\d+)`", row[2]) == [engine["kMaxLookupMatch"]]

@@ -319,6 +319,8 @@ def test_line_encode_then_parse_round_trips(
             b"compress /tmp/long_prompt.ids 100 lookahead=8 chunk=32\n",
         ),
         (Compress(InlineIds((1, 2)), 1000, pool=5), b"compress ids:1,2 1000 pool=5\n"),
+        (Compress(InlineIds((1,)), 50, segment=0), b"compress ids:1 50 segment=0\n"),
+        (Compress(InlineIds((1,)), 50, segment=8192), b"compress ids:1 50 segment=8192\n"),
         (Generate(InlineIds((1, 2)), 4, logprobs=5), b"generate ids:1,2 4 logprobs=5\n"),
         (Generate(InlineIds((1,)), 4, logprobs=0), b"generate ids:1 4 logprobs=0\n"),
         (Restore(1, InlineIds((1,)), 4, logprobs=20), b"restore 1 ids:1 4 logprobs=20\n"),
@@ -330,6 +332,8 @@ def test_line_encode_then_parse_round_trips(
             Generate(InlineIds((1, 2)), 3, logprobs=0, prompt_logprobs=True, reuse=False),
             b"generate ids:1,2 3 logprobs=0 reuse=0 prompt_logprobs=1\n",
         ),
+        (Generate(InlineIds((1, 2)), 4, lookup=True), b"generate ids:1,2 4 lookup=1\n"),
+        (Restore(1, InlineIds((1,)), 4, lookup=False), b"restore 1 ids:1 4 lookup=0\n"),
         (Embed(InlineIds((5, 6, 7)), "/tmp/e.f32"), b"embed ids:5,6,7 /tmp/e.f32\n"),
         (
             Embed(InlineIds((5, 6, 7)), "/tmp/e.f32", (1, 2), "last"),
@@ -418,6 +422,7 @@ def test_generate_normalises_its_arguments() -> None:
         (lambda: Generate(InlineIds((1, 2)), 0), "n_gen must be in [1"),
         (lambda: Generate(InlineIds((1, 2)), 0, logprobs=1), "n_gen must be in [1"),
         (lambda: Generate(InlineIds((1, 2)), 1, prompt_logprobs=True), "needs logprobs"),
+        (lambda: Generate(InlineIds((1, 2)), 1, lookup=2), "lookup"),  # type: ignore[arg-type]
         (lambda: Generate(InlineIds((1, 2)), -1, logprobs=1, prompt_logprobs=True), "n_gen"),
         (lambda: Generate(InlineIds((1,)), 1, logprobs=1, prompt_logprobs=2),  # type: ignore[arg-type]
          "prompt_logprobs"),
@@ -559,6 +564,7 @@ def test_a_path_may_mention_the_prefixes_elsewhere() -> None:
         ("compress ids:1 1001", ErrorCode.BAD_ARGS),
         ("compress ids:1 half", ErrorCode.BAD_ARGS),
         ("compress ids:1 50 chunk=0", ErrorCode.BAD_ARGS),
+        ("compress ids:1 50 segment=-1", ErrorCode.BAD_ARGS),
         ("compress ids:1 50 pool=x", ErrorCode.BAD_ARGS),
         ("compress ids:1 50 window=4", ErrorCode.BAD_ARGS),
         ("compress ids:1,-2 50", ErrorCode.BAD_TOKEN),
@@ -745,6 +751,7 @@ commands: st.SearchStrategy[Command] = st.one_of(
         lookahead=st.none() | _counts,
         chunk=st.none() | _counts,
         pool=st.none() | _counts,
+        segment=st.none() | st.integers(0, 1 << 20),
     ),
     _embed_commands(),
 )

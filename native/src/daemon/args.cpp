@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "daemon/placement_flags.h"
+#include "engine/lookup.h"
 #include "wire/constants.h"
 #include "wire/errors.h"
 #include "wire/numbers.h"
@@ -55,6 +56,17 @@ const Flag kFlags[] = {
          if (::fcntl(opts.stream_fd, F_GETFD) < 0) {
              throw ProtocolError(ErrorCode::kBadFlag, "--stream-fd=" + value + " is not an open file descriptor");
          }
+     }},
+    {"--channel",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "fds" && value != "stdout") {
+             throw ProtocolError(ErrorCode::kBadFlag, "--channel=" + value + " must be fds or stdout");
+         }
+         opts.one_channel = value == "stdout";
+     }},
+    {"--keepalive-ms",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.keepalive_ms = static_cast<int32_t>(flag_int(flag, value, 0, 3600 * 1000));
      }},
     {"--n-ctx",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
@@ -119,6 +131,19 @@ const Flag kFlags[] = {
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          opts.oracle_accept = flag_real(flag, value, 1.0, static_cast<double>(kMaxDraftBlock));
      }},
+    {"--lookup",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "off" && value != "opt-in" && value != "on") {
+             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be off, opt-in or on");
+         }
+         opts.lookup = value == "off"      ? DaemonOptions::Lookup::kOff
+                       : value == "opt-in" ? DaemonOptions::Lookup::kOptIn
+                                           : DaemonOptions::Lookup::kOn;
+     }},
+    {"--lookup-min",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.lookup_min = static_cast<int32_t>(flag_int(flag, value, 1, kMaxLookupMatch));
+     }},
     {"--flash-attn",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          if (value != "auto" && value != "on" && value != "off") {
@@ -142,6 +167,10 @@ const Flag kFlags[] = {
                              DaemonOptions & opts) { parse_placement_flag(flag, value, opts.placement); }},
     {"--rpc-listen", [](const std::string & flag, const std::string & value,
                         DaemonOptions & opts) { parse_placement_flag(flag, value, opts.placement); }},
+    {"--rpc-timeout-ms",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.placement.rpc_timeout_ms = static_cast<int32_t>(flag_int(flag, value, 100, 3600 * 1000));
+     }},
 };
 
 const FlagSetter * find_flag(const std::string & name) {
@@ -206,7 +235,13 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
         throw ProtocolError(ErrorCode::kBadFlag, "--oracle-accept only applies with --draft-oracle");
     }
     if (opts.draft_block_size != 0 && !opts.speculative()) {
-        throw ProtocolError(ErrorCode::kBadFlag, "--draft-block-size only applies with --draft or --draft-oracle");
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft-block-size only applies with --draft, --draft-oracle or --lookup");
+    }
+    if (opts.lookup_min != kDefaultLookupMin && opts.lookup == DaemonOptions::Lookup::kOff) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--lookup-min only applies with --lookup=opt-in or on");
+    }
+    if (opts.one_channel && opts.stream_fd >= 0) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--channel=stdout carries the stream on stdout; drop --stream-fd");
     }
     if (opts.n_threads == 0) {
         opts.n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));

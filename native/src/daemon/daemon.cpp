@@ -14,6 +14,7 @@
 #include "daemon/args.h"
 #include "daemon/batch_scheduler.h"
 #include "daemon/command_queue.h"
+#include "daemon/keepalive.h"
 #include "daemon/placement_flags.h"
 #include "daemon/session.h"
 #include "daemon/signals.h"
@@ -48,16 +49,20 @@ int take_protocol_fd() {
     return fd;
 }
 
-// Speculative decoding is the qwen35 role's (PROTOCOL.md 5.9). Resolves the block size
-// (the draft's dflash.block_size unless --draft-block-size says otherwise; 16 for the
-// oracle alone) and the oracle's target, so that everything after startup can rely on
+// Speculative decoding (PROTOCOL.md 5.9): the draft and the oracle are the qwen35 role's,
+// prompt lookup any target's. Resolves the block size (the draft's dflash.block_size
+// unless --draft-block-size says otherwise; 16 for the oracle or lookup alone) and the oracle's target, so that everything after startup can rely on
 // opts.draft_block_size. Throws bad_flag, or what reading the draft's header throws.
 void resolve_speculation(Role role, const std::string & arch, DaemonOptions & opts) {
     if (!opts.speculative()) {
         return;
     }
-    if (role != Role::kQwen35) {
+    const bool drafted = !opts.draft_path.empty() || !opts.oracle_path.empty();
+    if (drafted && role != Role::kQwen35) {
         throw ProtocolError(ErrorCode::kBadFlag, "--draft and --draft-oracle are served by the qwen35 role");
+    }
+    if (!role_info(role).generates) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--lookup is for a target role (qwen35, laguna)");
     }
     static const char * const kDraftTargets[] = {"qwen35", "qwen35moe", "qwen3", "llama"};
     if (!opts.draft_path.empty() &&
@@ -69,7 +74,7 @@ void resolve_speculation(Role role, const std::string & arch, DaemonOptions & op
     if (opts.parallel > 1) {
         // Draft and verify are not batched across sequences yet (PROTOCOL.md 9.5).
         throw ProtocolError(ErrorCode::kBadFlag, "speculative decoding serves one sequence at a time; "
-                                                 "drop --parallel or --draft/--draft-oracle");
+                                                 "drop --parallel or --draft/--draft-oracle/--lookup");
     }
     if (opts.draft_block_size == 0) {
         opts.draft_block_size = opts.draft_path.empty() ? 16 : DflashDraft::read_block_size(opts.draft_path);
@@ -133,6 +138,9 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
     if (spec.configured()) {
         add("spec", spec.kind());
         add("draft_block", std::to_string(spec.block_size()));
+        if (spec.lookup() != DaemonOptions::Lookup::kOff) {
+            add("lookup", spec.lookup() == DaemonOptions::Lookup::kOn ? "on" : "opt-in");
+        }
     }
     return line;
 }
@@ -250,6 +258,9 @@ int run_daemon(Role role, int argc, char ** argv) {
     } catch (const ProtocolError & error) {
         return fail_startup(out, error);
     }
+    // Before loading, which takes long; destroyed after the command loop and the engine
+    // and before `out`.
+    const KeepAlive keepalive(out, opts.one_channel ? opts.keepalive_ms : 0);
 
     BackendGuard backend;
     LoadedModel engine;
@@ -277,7 +288,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     if (role == Role::kDs4Shard) {
         try {
             rpc = RpcServer::start(opts.placement.rpc_listen.value_or(PlacementOptions::kDefaultRpcListen),
-                                   shard_device(), opts.n_threads);
+                                   shard_device(), opts.n_threads, opts.placement.rpc_timeout_ms);
         } catch (const ProtocolError & error) {
             return fail_startup(out, error);
         }
@@ -292,7 +303,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     log_line("ready: %s (%s, %s, n_ctx=%d)", opts.model_path.c_str(), arch.c_str(), engine.backend.c_str(),
              engine.n_ctx);
 
-    TokenStream stream(opts.stream_fd);
+    TokenStream stream = opts.one_channel ? TokenStream(out) : TokenStream(opts.stream_fd);
     CancelState cancel;
     Session session(info, opts, engine, stream, cancel, *spec);
     session.state_identity = identity;

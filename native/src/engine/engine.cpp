@@ -4,6 +4,7 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "engine/dead_peer.h"
 #include "engine/gguf_probe.h"
 #include "engine/log.h"
 #include "ggml-backend.h"
@@ -170,6 +171,12 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
         if (!loaded.context) {
             throw ProtocolError(ErrorCode::kContextFailed, "the engine could not create a context with n_ctx=" +
                                                                std::to_string(loaded.n_ctx));
+        }
+        if (!opts.placement.rpc_servers.empty()) {
+            // The model's buffers and the context's backends now hold their connections.
+            const int hardened = detect_dead_rpc_peers(opts.placement.rpc_servers, opts.placement.rpc_timeout_ms);
+            log_line("--rpc: %d connection(s) fail after %d ms without an answer", hardened,
+                     opts.placement.rpc_timeout_ms);
         }
         loaded.n_ctx = static_cast<int32_t>(llama_n_ctx(loaded.context.get()));
         loaded.n_ctx_seq = static_cast<int32_t>(llama_n_ctx_seq(loaded.context.get()));

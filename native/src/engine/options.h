@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/lookup.h"
 #include "wire/constants.h"
 
 namespace lucerna {
@@ -26,6 +27,8 @@ struct PlacementOptions {
     std::vector<TensorOverride> overrides;  // --override-tensor, first match wins
     std::optional<double> experts_in_host;  // --experts-in-host (laguna), in [0, 1]
     std::optional<std::string> rpc_listen;  // --rpc-listen (ds4_shard), "HOST:PORT"
+    // --rpc-timeout-ms: an RPC peer silent this long is dead (engine/dead_peer.h).
+    int32_t rpc_timeout_ms = kDefaultRpcTimeoutMs;
 
     // The shard's endpoint when --rpc-listen is left out.
     static constexpr const char * kDefaultRpcListen = "127.0.0.1:50052";
@@ -34,6 +37,12 @@ struct PlacementOptions {
 struct DaemonOptions {
     std::string model_path;
     int stream_fd = -1;        // -1: no stream fd
+    // --channel=stdout: stream bytes share stdout with the replies, framed (PROTOCOL.md
+    // 10), for a launcher that carries only stdin and stdout (ssh). false: --stream-fd.
+    bool one_channel = false;
+    // --keepalive-ms: on one channel, an `@alive` line this often (0: none), so that the
+    // client tells a daemon busy on a long prefill from a link that is gone.
+    int32_t keepalive_ms = kDefaultKeepaliveMs;
     int32_t n_ctx = 4096;      // clamped to the model's n_ctx_train after loading
     int32_t n_threads = 0;     // 0: hardware concurrency
     int32_t n_gpu_layers = 999;  // all; negative also means all
@@ -69,8 +78,16 @@ struct DaemonOptions {
     int32_t draft_block_size = 0;
     std::string oracle_path;       // --draft-oracle: benchmark-only transcript proposer
     double oracle_accept = 0.0;    // --oracle-accept: mean acceptance length it aims at; 0: block
+    // --lookup=off|opt-in|on: prompt lookup (engine/lookup.h), any target role. opt-in
+    // and on ready the context for verify steps (as a draft does); on also makes
+    // lookup=1 the default of `generate` and `restore`.
+    enum class Lookup { kOff, kOptIn, kOn };
+    Lookup lookup = Lookup::kOff;
+    int32_t lookup_min = kDefaultLookupMin;  // --lookup-min: shortest match that proposes
 
-    bool speculative() const { return !draft_path.empty() || !oracle_path.empty(); }
+    // Whether the daemon may decode speculatively, so its context is sized for a verify
+    // block (and a hybrid target keeps the recurrent copies a rollback needs).
+    bool speculative() const { return !draft_path.empty() || !oracle_path.empty() || lookup != Lookup::kOff; }
 };
 
 // Splits "HOST:PORT" (port 1..65535, host non-empty). Returns false if malformed.
