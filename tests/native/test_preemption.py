@@ -80,3 +80,28 @@ def test_a_tiny_pool_preempts_and_every_generation_completes(
     lanes.wait_done({0}, timeout=300)
     assert f"n_gen={int(ready['n_ctx']) - 10} " in lanes.done[0], lanes.done[0]
     assert daemon.quit() == 0
+
+
+def test_cancel_reaches_a_preempted_generation(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], ONE_THREAD, "--chunk=8",
+                   "--parallel=8", f"--n-ctx={POOL}")  # fmt: skip
+    daemon.ready()
+    lanes = Lanes(daemon)
+    generations = [line.replace(" logprobs=2", "") for line in lines()]
+    for seq, line in enumerate(generations):
+        lanes.start(line, seq)
+    # The youngest is the first to be preempted; cancel it once something was.
+    while int(daemon.ok(lanes.command("stats"), "stats")["preempted"]) == 0:
+        lanes.pump_stream(timeout=0.05)
+    reply = lanes.command("cancel 7")
+    lanes.wait_done(set(range(8)), timeout=300)
+    if reply == "ok cancel seq=7 running=1":
+        assert "finish=cancelled" in lanes.done[7], lanes.done[7]
+    else:  # it had already ended
+        assert reply == "ok cancel seq=7 running=0" and "finish=length" in lanes.done[7]
+    for seq in range(7):
+        assert lanes.done[seq].startswith("ok generate "), lanes.done[seq]
+        assert f"n_gen={len(lanes.tokens[seq])} " in lanes.done[seq]
+    assert daemon.quit() == 0

@@ -161,9 +161,9 @@ def test_stats_counts_requests(
 
 
 STATS_KEYS = [
-    "n_ctx", "n_vocab", "requests", "tokens_prompt", "tokens_generated", "cancelled", "rss_kb",
-    "uptime_s", "parked", "slots_used", "slots_bytes", "last_prefill_tok_s", "last_decode_tok_s",
-    "model_bytes",
+    "n_ctx", "n_vocab", "requests", "tokens_prompt", "tokens_generated", "cancelled", "preempted",
+    "shared_prefixes", "rss_kb", "uptime_s", "parked", "slots_used", "slots_bytes",
+    "last_prefill_tok_s", "last_decode_tok_s", "model_bytes",
 ]  # fmt: skip
 
 
