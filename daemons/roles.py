@@ -118,6 +118,8 @@ class DaemonLaunch:
     """qwen35: a DFlash draft GGUF; every generation decodes speculatively (PROTOCOL.md 5.9)."""
     draft_block_size: int | None = None
     """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
+    deterministic: bool = False
+    """``--deterministic=on``: batch-invariant kernels (PROTOCOL.md section 1)."""
     extra_args: tuple[str, ...] = ()
     # Prepended to argv, e.g. ("ssh", "host") or ("ip", "netns", "exec", "h2").
     launcher: tuple[str, ...] = ()
@@ -154,6 +156,7 @@ class DaemonLaunch:
             ("rpc-listen", self.rpc_listen),
             ("draft", self.draft),
             ("draft-block-size", self.draft_block_size),
+            ("deterministic", "on" if self.deterministic else None),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)
         args.extend(self.extra_args)

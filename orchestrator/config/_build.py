@@ -78,6 +78,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
             draft=draft, draft_block_size=settings.draft_block_size,
+            deterministic=settings.deterministic,
             extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
         )
         served.append(ServedModel(

@@ -177,6 +177,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
     if block is not None and draft is None:
         raise table.error("draft_block_size", "is set without a draft",
                           "add draft = \"<draft.gguf>\", or remove draft_block_size")
+    deterministic = table.read(keys.DETERMINISTIC)
     extra = table.read(keys.EXTRA_ARGS)
     for arg in extra or ():
         if arg.split("=", 1)[0] in ("--draft-oracle", "--oracle-accept"):
@@ -220,6 +221,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         slots=slots,
         draft=draft,
         draft_block_size=block,
+        deterministic=deterministic,
         extra_args=extra or (),
         launcher=launcher or (),
         env=dict(env or {}),

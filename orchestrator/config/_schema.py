@@ -75,6 +75,8 @@ class ModelSettings:
     """A DFlash draft GGUF (absolute once loaded): speculative decoding; None: none."""
     draft_block_size: int | None = None
     """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
+    deterministic: bool = ModelKeys.DETERMINISTIC.default
+    """Batch-invariant kernels (``--deterministic=on``, docs/deterministic.md)."""
     extra_args: tuple[str, ...] = ()
     launcher: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)

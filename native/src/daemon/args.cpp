@@ -119,6 +119,13 @@ const Flag kFlags[] = {
          }
          opts.flash_attn = value == "auto" ? -1 : value == "on" ? 1 : 0;
      }},
+    {"--deterministic",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "on" && value != "off") {
+             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be on or off");
+         }
+         opts.deterministic = value == "on";
+     }},
     {"--kv-type",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          if (value != "f16" && value != "f32" && value != "bf16" && value != "q8_0") {

@@ -67,6 +67,7 @@ struct LoadedModel {
     // before the engine rounds the context up, so batches never outgrow n_batch.
     int32_t n_chunk = 0;
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
+    bool deterministic = false;  // --deterministic: batch-invariant kernels (select_kernels)
 };
 
 // Empties sequence `seq` of `ctx`. With one sequence (--parallel 1) that is the whole
