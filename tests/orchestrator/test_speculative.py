@@ -85,6 +85,8 @@ def test_greedy_answers_with_a_draft_equal_autoregressive_ones_and_report_it(
     servers: tuple[LucernaServer, LucernaServer],
 ) -> None:
     plain, drafted = servers
+    for server in servers:  # the mode the equality rests on (module docstring)
+        assert httpx.get(f"{server.base_url}/props").json()["deterministic"] is True
     for prompt in PROMPTS:
         expected, got = complete(plain, prompt), complete(drafted, prompt)
         assert got["choices"][0]["text"] == expected["choices"][0]["text"]

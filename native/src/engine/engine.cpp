@@ -139,6 +139,13 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     }
     loaded.n_ctx_seq = loaded.n_ctx;
     loaded.backend = detect_backend(loaded.model.get(), opts.n_gpu_layers);
+    if (opts.deterministic && with_context && loaded.backend != "cpu") {
+        // Patch 0201 makes the CPU kernels batch-invariant; the GPU backends' kernels
+        // still change with the batch, and the ready line must not claim otherwise.
+        throw ProtocolError(ErrorCode::kBadFlag, "--deterministic=on has batch-invariant kernels on the CPU backend "
+                                                 "only, and this model runs on " +
+                                                     loaded.backend + "; use --n-gpu-layers=0 or leave it off");
+    }
 
     if (with_context) {
         llama_context_params cparams = llama_context_default_params();
