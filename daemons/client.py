@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import shutil
 import tempfile
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal, TypedDict, Unpack
 
 import numpy as np
@@ -38,6 +40,7 @@ from protocol import (
     Detokenize,
     Embed,
     EmbedSummary,
+    ErrorCode,
     FreeSnapshot,
     Generate,
     InlineIds,
@@ -72,6 +75,8 @@ __all__ = ["DaemonClient", "DecodeOptions", "GenerationStream", "describe_exit",
 # tokenize, grammars) go through a text file for the same reason.
 _INLINE_IDS_MAX = 512
 _INLINE_TEXT_MAX = 2048
+# Reading an output file back from another host through its launcher.
+_FETCH_TIMEOUT_S = 120.0
 
 
 class DecodeOptions(TypedDict, total=False):
@@ -146,6 +151,11 @@ class DaemonClient:
         return self._daemon.exited
 
     @property
+    def link_lost(self) -> str | None:
+        """Why the client stopped a daemon on one channel (a silent link); None: it did not."""
+        return self._daemon.link_lost
+
+    @property
     def stderr_tail(self) -> deque[str]:
         """The daemon's last lines of stderr."""
         return self._daemon.stderr_tail
@@ -177,15 +187,47 @@ class DaemonClient:
         self._files += 1
         return self._workdir / f"{self._files:06d}{suffix}"
 
+    @property
+    def _remote(self) -> bool:
+        """The daemon runs on another host: inputs go inline, outputs come back by launcher."""
+        return self.launch.scratch_dir is not None
+
+    def _output_path(self, suffix: str) -> Path | PurePosixPath:
+        """Where the daemon writes a command's output file, on its own host."""
+        if self.launch.scratch_dir is None:
+            return self._scratch_path(suffix)
+        return self.launch.scratch_dir / f"lucerna-{uuid.uuid4().hex}{suffix}"
+
+    async def _take_output(self, path: Path | PurePosixPath) -> bytes:
+        """The bytes of an output file, which is removed; through the launcher if remote."""
+        if isinstance(path, Path):
+            try:
+                return path.read_bytes()
+            finally:
+                path.unlink(missing_ok=True)
+        launch = self.launch
+        script = f"cat {shlex.quote(str(path))} && rm -f {shlex.quote(str(path))}"
+        words = ["sh", "-c", script]
+        argv = [*launch.launcher,
+                *([shlex.quote(word) for word in words] if launch.remote_shell else words)]
+        with trio.fail_after(_FETCH_TIMEOUT_S):
+            result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
+                                            check=False)
+        if result.returncode != 0:
+            raise self._channel.refusal(
+                ErrorCode.IO_FAILED.value, f"could not read {path} back from host {launch.host!r}: "
+                f"{result.stderr.decode(errors='replace').strip()[-300:]}")
+        return result.stdout
+
     def _ids_ref(self, ids: Sequence[int]) -> InlineIds | TokenFile:
-        if len(ids) <= _INLINE_IDS_MAX:
+        if len(ids) <= _INLINE_IDS_MAX or self._remote:
             return InlineIds(tuple(ids))
         path = self._scratch_path(".ids")
         write_token_file(path, ids)
         return TokenFile(path)
 
     def _text_ref(self, text: str) -> InlineText | TextFile:
-        if len(text) <= _INLINE_TEXT_MAX:
+        if len(text) <= _INLINE_TEXT_MAX or self._remote:
             return InlineText(text)
         path = self._scratch_path(".txt")
         path.write_text(text, encoding="utf-8")
@@ -210,11 +252,9 @@ class DaemonClient:
         return reply.fields.get("text", "")
 
     async def piece_table(self) -> PieceTable:
-        path = self._scratch_path(".msgpack")
+        path = self._output_path(".msgpack")
         await self._command(Vocab(path))
-        table = PieceTable.from_file(path)
-        path.unlink(missing_ok=True)
-        return table
+        return PieceTable.from_bytes(await self._take_output(path))
 
     async def stats(self, path: str | os.PathLike[str] | None = None) -> dict[str, str]:
         """The ``ok stats`` fields (PROTOCOL.md 5.3); with ``path``, also as msgpack there."""
@@ -308,10 +348,11 @@ class DaemonClient:
         lookahead: int | None = None,
         chunk: int | None = None,
         pool: int | None = None,
+        segment: int | None = None,
     ) -> list[int]:
         """The ids the pflash drafter keeps of ``ids``, in their order (PROTOCOL.md 5.7)."""
         command = Compress(self._ids_ref(ids), keep_x1000, lookahead=lookahead, chunk=chunk,
-                           pool=pool)
+                           pool=pool, segment=segment)
         kept, _ = await self._stream_command(command)
         return kept
 
@@ -322,14 +363,11 @@ class DaemonClient:
         One command for all inputs. The daemon clears its live sequence to do it, so the
         next generation reuses no prefix from it (snapshot slots stay).
         """
-        path = self._scratch_path(".f32")
+        path = self._output_path(".f32")
         flat = [token for one in inputs for token in one]
         command = Embed(self._ids_ref(flat), path, tuple(len(one) for one in inputs), pooling)
         summary = EmbedSummary.from_reply(await self._command(command))
-        try:
-            rows = np.fromfile(path, dtype="<f4")
-        finally:
-            path.unlink(missing_ok=True)
+        rows = np.frombuffer(await self._take_output(path), dtype="<f4")
         if rows.size != summary.n * summary.dim or summary.n != len(inputs):
             raise self._channel.refusal("protocol",
                                         f"embed wrote {rows.size} floats for {summary}")

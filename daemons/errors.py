@@ -7,6 +7,7 @@ Hierarchy::
     ├── ModelError            a model file is missing or cannot serve the requested role
     └── DaemonError           a running daemon failed; carries role, pid and command line
         ├── DaemonStartError  it exited or printed an error before its ready line
+        │   └── HostUnreachableError  its host could not be reached (nothing came back)
         ├── DaemonDiedError   it died (signal or exit) after becoming ready
         └── DaemonReplyError  it answered a command with ``err <code>``
 """
@@ -22,6 +23,7 @@ __all__ = [
     "DaemonReplyError",
     "DaemonStartError",
     "DaemonsError",
+    "HostUnreachableError",
     "ModelError",
 ]
 
@@ -53,6 +55,11 @@ class DaemonError(DaemonsError):
 
 class DaemonStartError(DaemonError):
     """The daemon exited, or reported an error, before announcing readiness."""
+
+
+class HostUnreachableError(DaemonStartError):
+    """A remote daemon's host could not be reached: its launcher (e.g. ssh) gave up on
+    the connection (exit status 255), or nothing at all came back within the link timeout."""
 
 
 class DaemonDiedError(DaemonError):

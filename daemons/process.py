@@ -5,6 +5,13 @@ for its ready line and yields a ``DaemonProcess``. Three background tasks run wh
 is open: stdout lines go to a queue (the replies), stderr lines to a bounded tail and
 the log, and an exit watcher sets ``exited`` the moment the daemon dies, whoever asked.
 
+Stream values come back on an inherited pipe (the stream fd), or, for a launch on one
+channel (``channel="stdout"``, PROTOCOL.md 10), framed on stdout, where
+``protocol.ChannelReader`` tells them from the replies. There a fourth task watches the
+link: when nothing, not even a keep-alive, has come for ``link_timeout_s``, it kills
+the launcher (ssh), so every read raises ``DaemonDiedError`` instead of waiting on a
+dead TCP connection; a launch whose host never answered raises ``HostUnreachableError``.
+
 This module moves lines and bytes; it knows no command but ``quit``. What a command
 means, and the rule of one command in flight, live in ``daemons.channel``.
 
@@ -26,9 +33,20 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from daemons.errors import DaemonDiedError, DaemonStartError
-from daemons.roles import DaemonLaunch
-from protocol import ErrReply, Quit, ReadyInfo, parse_startup_line
+from daemons.errors import DaemonDiedError, DaemonStartError, HostUnreachableError
+from daemons.roles import DAEMON_ENV, DaemonLaunch
+from protocol import (
+    ChannelAlive,
+    ChannelFramingError,
+    ChannelLine,
+    ChannelReader,
+    ChannelUnit,
+    ErrorCode,
+    ErrReply,
+    Quit,
+    ReadyInfo,
+    parse_startup_line,
+)
 
 __all__ = ["DaemonProcess", "describe_exit", "open_daemon_process"]
 
@@ -40,6 +58,9 @@ _TERM_GRACE_S = 5.0
 # How many reply lines may wait unread; one command in flight needs one or two.
 _REPLY_QUEUE = 16
 _READ_SIZE = 65536
+# ssh's exit status when it cannot connect (or the connection fails); a launcher that
+# exits so before a byte came back could not reach its host.
+_LAUNCHER_UNREACHABLE_STATUS = 255
 
 
 class _LineReader:
@@ -90,7 +111,7 @@ class DaemonProcess:
         launch: DaemonLaunch,
         process: trio.Process,
         argv: list[str],
-        stream: trio.lowlevel.FdStream,
+        stream: trio.lowlevel.FdStream | None,
     ) -> None:
         self.launch = launch
         self.process = process
@@ -102,8 +123,20 @@ class DaemonProcess:
         self.stream_bytes = 0
         """Bytes read from the stream fd so far: the supervisor's sign of progress."""
         self._stream = stream
+        """The stream fd's read end; None on one channel, where stdout carries the stream."""
         self._lines_send, self._lines_recv = trio.open_memory_channel[bytes](_REPLY_QUEUE)
         self._quitting = False
+        # One channel: stream bytes routed from stdout, waiting for ``receive_stream``.
+        self._channel_stream = bytearray()
+        self._channel_arrived = trio.Event()
+        self._channel_taken = trio.Event()
+        self._delivering = False
+        self._stdout_ended = False
+        self.heard_at = trio.current_time()
+        """When the last byte came on stdout (a keep-alive counts)."""
+        self.heard_anything = False
+        self.link_lost: str | None = None
+        """Why the link watchdog or the channel reader killed the launcher; None: it did not."""
 
     # --- identity -------------------------------------------------------------------
 
@@ -127,8 +160,9 @@ class DaemonProcess:
     def died(self) -> DaemonDiedError:
         """The error for a daemon that is gone, with how it ended and its last stderr."""
         tail = "; ".join(list(self.stderr_tail)[-3:])
+        lost = f"{self.link_lost}; the launcher " if self.link_lost else ""
         return DaemonDiedError(
-            f"daemon {describe_exit(self.process.returncode)}"
+            f"{lost or 'daemon '}{describe_exit(self.process.returncode)}"
             + (f" (last stderr: {tail})" if tail else ""),
             role=self.role,
             pid=self.pid,
@@ -158,8 +192,16 @@ class DaemonProcess:
             raise self.died() from None
 
     async def receive_stream(self) -> bytes:
-        """The next bytes the daemon wrote to its stream fd (at least one)."""
-        data = await self._stream.receive_some(_READ_SIZE)
+        """The next bytes the daemon wrote to its stream (at least one)."""
+        if self._stream is not None:
+            data = await self._stream.receive_some(_READ_SIZE)
+        else:
+            while not self._channel_stream and not self._stdout_ended:
+                await self._channel_arrived.wait()
+                self._channel_arrived = trio.Event()
+            data = bytes(self._channel_stream)
+            self._channel_stream.clear()
+            self._channel_taken.set()
         if not data:
             await self._await_exit_briefly()
             raise self.died()
@@ -179,6 +221,66 @@ class DaemonProcess:
         async with self._lines_send:
             while (line := await reader.readline()) is not None:
                 await self._lines_send.send(line)
+
+    async def _pump_channel(self, stdout: trio.abc.ReceiveStream) -> None:
+        """One channel: lines to the reply queue, frames to the stream, keep-alives noted."""
+        reader = ChannelReader()
+        try:
+            async with self._lines_send:
+                while chunk := await stdout.receive_some(_READ_SIZE):
+                    self.heard_at = trio.current_time()
+                    self.heard_anything = True
+                    self._delivering = True  # a slow reader here is no silent link
+                    for unit in reader.feed(chunk):
+                        await self._route(unit)
+                    self._delivering = False
+                    self.heard_at = trio.current_time()
+                for unit in reader.eof():
+                    await self._route(unit)
+        except ChannelFramingError as exc:
+            self.link_lost = f"stdout broke the one-channel framing ({exc})"
+            log.error("%s daemon pid %d: %s; stopping it", self.role, self.pid, self.link_lost)
+            self.kill()
+        finally:
+            self._stdout_ended = True
+            self._channel_arrived.set()
+
+    async def _route(self, unit: ChannelUnit) -> None:
+        if isinstance(unit, ChannelLine):
+            # A line goes out only once the stream bytes written before it were taken:
+            # the order of the two fds' reads (a protocol 2 done line after its
+            # sequence's end record, 9.2) holds on one channel too.
+            while self._channel_stream:
+                self._channel_taken = trio.Event()
+                await self._channel_taken.wait()
+            await self._lines_send.send(unit.line)
+        elif not isinstance(unit, ChannelAlive):
+            self._channel_stream += unit.data
+            self._channel_arrived.set()
+
+    async def _watch_link(self, timeout_s: float) -> None:
+        """Kill the launcher once nothing has come on stdout for ``timeout_s``."""
+        while not self._stdout_ended:
+            await trio.sleep_until(self.heard_at + timeout_s)
+            if self._delivering:
+                self.heard_at = trio.current_time()
+                continue
+            if trio.current_time() >= self.heard_at + timeout_s and not self._stdout_ended:
+                where = f"host {self.launch.host!r}" if self.launch.host else "the daemon"
+                self.link_lost = (f"link lost: nothing heard from {where} for {timeout_s:g} s "
+                                  "(not even a keep-alive)")
+                log.error("%s daemon pid %d: %s; stopping its launcher", self.role, self.pid,
+                          self.link_lost)
+                self.kill()
+                return
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the host never answered: the launcher gave up connecting (status 255)
+        or the watchdog found the link silent, before a single byte came back."""
+        return (self.launch.channel == "stdout" and not self.heard_anything
+                and (self.link_lost is not None
+                     or self.process.returncode == _LAUNCHER_UNREACHABLE_STATUS))
 
     async def _pump_stderr(self, stderr: trio.abc.ReceiveStream) -> None:
         reader = _LineReader(stderr)
@@ -231,13 +333,21 @@ class DaemonProcess:
             self.exited.set()
             # Members of the group that outlived the leader (none expected) go too.
             self.kill()
-            await self._stream.aclose()
+            if self._stream is not None:
+                await self._stream.aclose()
 
     # --- starting -------------------------------------------------------------------
 
     async def _await_ready(self, limit_s: float) -> ReadyInfo:
         def failure(message: str) -> DaemonStartError:
             tail = "\n".join(list(self.stderr_tail)[-8:])
+            if self.unreachable:
+                message = (f"host {self.launch.host!r} is unreachable: "
+                           f"{self.link_lost or 'its launcher ' + describe_exit(self.returncode)}"
+                           " before anything came back")
+                return HostUnreachableError(
+                    message + (f"\nlast stderr lines:\n{tail}" if tail else ""),
+                    role=self.role, pid=self.pid, argv=self.argv)
             return DaemonStartError(message + (f"\nlast stderr lines:\n{tail}" if tail else ""),
                                     role=self.role, pid=self.pid, argv=self.argv)
 
@@ -253,6 +363,11 @@ class DaemonProcess:
         first = parse_startup_line(line.decode("utf-8", errors="replace"))
         if isinstance(first, ErrReply):
             await self._await_exit_briefly()
+            if first.code == ErrorCode.RPC_FAILED.value and self.launch.rpc:
+                # A shard (another host) does not answer: unreachable, no fault of ours.
+                raise HostUnreachableError(
+                    f"an RPC server of this target is unreachable: {first.detail}",
+                    role=self.role, pid=self.pid, argv=self.argv)
             raise failure(f"daemon refused to start: {first.code}: {first.detail}")
         return first
 
@@ -262,29 +377,30 @@ async def open_daemon_process(
     launch: DaemonLaunch, *, ready_timeout: float = 600.0
 ) -> AsyncIterator[DaemonProcess]:
     """Spawn a daemon, wait for its ready line, yield it, always stop and reap it."""
-    read_fd, write_fd = os.pipe()
-    argv = launch.argv(stream_fd=write_fd)
-    # On an engine assert ggml runs gdb for a backtrace, and gdb then reads the daemon's
-    # stdin, which we hold open: the dying daemon hung until its request timed out
-    # (seen: 600 s). Without the backtrace it aborts at once and is restarted.
-    env = {"GGML_NO_BACKTRACE": "1", **os.environ, **launch.env}
+    one_channel = launch.channel == "stdout"
+    read_fd, write_fd = (-1, -1) if one_channel else os.pipe()
+    argv = launch.argv(stream_fd=None if one_channel else write_fd)
+    env = {**DAEMON_ENV, **os.environ, **launch.env}
     try:
         process = await trio.lowlevel.open_process(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(write_fd,),
+            pass_fds=() if one_channel else (write_fd,),
             start_new_session=True,  # own process group: we signal the whole group
             env=env,
         )
     except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
+        if not one_channel:
+            os.close(read_fd)
+            os.close(write_fd)
         raise DaemonStartError(f"could not execute {argv[0]}: {exc}", role=launch.role.name,
                                pid=None, argv=argv) from exc
-    os.close(write_fd)  # the child holds the only write end, so its death is EOF here
-    daemon = DaemonProcess(launch, process, argv, trio.lowlevel.FdStream(read_fd))
+    if not one_channel:
+        os.close(write_fd)  # the child holds the only write end, so its death is EOF here
+    daemon = DaemonProcess(launch, process, argv,
+                           None if one_channel else trio.lowlevel.FdStream(read_fd))
     assert process.stdout is not None and process.stderr is not None
     log.info("started %s daemon pid %d: %s", launch.role.name, process.pid, " ".join(argv))
     # Errors from the caller's block (and from startup) are caught inside the nursery
@@ -293,7 +409,12 @@ async def open_daemon_process(
     failure: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(daemon._pump_stdout, process.stdout)
+            if one_channel:
+                nursery.start_soon(daemon._pump_channel, process.stdout)
+                if launch.link_timeout_s is not None:
+                    nursery.start_soon(daemon._watch_link, launch.link_timeout_s)
+            else:
+                nursery.start_soon(daemon._pump_stdout, process.stdout)
             nursery.start_soon(daemon._pump_stderr, process.stderr)
             nursery.start_soon(daemon._watch_exit)
             try:

@@ -7,13 +7,22 @@ pick a role for a model and fail fast with a clear message before spawning anyth
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from daemons.errors import ModelError
 
-__all__ = ["DEFAULT_SLOTS", "ROLES", "DaemonLaunch", "RoleSpec", "role_named", "target_role_for"]
+__all__ = ["DAEMON_ENV", "DEFAULT_SLOTS", "ROLES", "DaemonLaunch", "RoleSpec", "role_named",
+           "target_role_for"]
+
+DAEMON_ENV = {"GGML_NO_BACKTRACE": "1"}
+"""Every daemon's environment, wherever it runs. On an engine assert ggml runs gdb for a
+backtrace, and gdb then reads the daemon's stdin, which we hold open: the dying daemon
+hung until its request timed out (seen: 600 s). Without the backtrace it aborts at once
+and is restarted."""
 
 DEFAULT_SLOTS = 64
 """The daemons' ``--slots`` default (PROTOCOL.md section 1); tests/native checks the copy."""
@@ -94,8 +103,10 @@ class DaemonLaunch:
     """
 
     role: RoleSpec
-    executable: Path
-    model: Path
+    executable: Path | PurePosixPath
+    """The daemon executable, a path on the host that runs it."""
+    model: Path | PurePosixPath
+    """The GGUF, a path on the host that runs the daemon."""
     n_ctx: int | None = None
     threads: int | None = None
     n_gpu_layers: int | None = None
@@ -114,7 +125,7 @@ class DaemonLaunch:
     """laguna: share in ``[0, 1]`` of MoE layers whose experts stay in host memory."""
     rpc_listen: str | None = None
     """ds4_shard: ``HOST:PORT`` its ggml RPC server listens on."""
-    draft: Path | None = None
+    draft: Path | PurePosixPath | None = None
     """qwen35: a DFlash draft GGUF; every generation decodes speculatively (PROTOCOL.md 5.9)."""
     draft_block_size: int | None = None
     """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
@@ -124,6 +135,25 @@ class DaemonLaunch:
     # Prepended to argv, e.g. ("ssh", "host") or ("ip", "netns", "exec", "h2").
     launcher: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    channel: Literal["fds", "stdout"] = "fds"
+    """How stream values come back: ``fds`` on an inherited stream fd (a local daemon);
+    ``stdout`` framed on stdout beside the replies (``--channel=stdout``, PROTOCOL.md 10),
+    for a launcher that carries only stdin and stdout, such as ssh."""
+    keepalive_ms: int | None = None
+    """One channel: the daemon's ``--keepalive-ms``; None: its default."""
+    link_timeout_s: float | None = None
+    """One channel: nothing heard from the daemon this long (not even a keep-alive) means
+    the host or the link is gone: the launcher is killed and the daemon counts as dead.
+    None: no watchdog."""
+    host: str | None = None
+    """The ``[[hosts]]`` entry it runs on, for messages; None: this machine."""
+    remote_shell: bool = False
+    scratch_dir: PurePosixPath | None = None
+    """A daemon on another host: where, there, it writes the files a command outputs
+    (piece table, embeddings), which the client then reads through the launcher. None:
+    the daemon shares this machine's files. Inputs never go by file to such a daemon."""
+    """The launcher hands the rest of argv to a shell on the host as one line, as ssh
+    does: each word is shell-quoted and ``env`` travels as an ``env NAME=value`` prefix."""
 
     def __post_init__(self) -> None:
         for name, items in (("rpc", self.rpc), ("override_tensors", self.override_tensors)):
@@ -135,12 +165,25 @@ class DaemonLaunch:
                              f"{self.override_tensors!r}")
         if self.experts_in_host is not None and not 0 <= self.experts_in_host <= 1:
             raise ValueError(f"experts_in_host must be in [0, 1], got {self.experts_in_host}")
+        if self.channel not in ("fds", "stdout"):
+            raise ValueError(f"channel must be 'fds' or 'stdout', got {self.channel!r}")
         if self.draft_block_size is not None and self.draft is None:
             raise ValueError("draft_block_size needs a draft")
 
     def argv(self, stream_fd: int | None) -> list[str]:
-        args: list[str] = [*self.launcher, str(self.executable), str(self.model)]
-        if stream_fd is not None:
+        """The command line: the launcher, then the daemon's (shell-quoted if ``remote_shell``)."""
+        words = self.daemon_argv(stream_fd)
+        if self.remote_shell:
+            env = [f"{name}={value}" for name, value in sorted({**DAEMON_ENV, **self.env}.items())]
+            words = [shlex.quote(word) for word in ["env", *env, *words]]
+        return [*self.launcher, *words]
+
+    def daemon_argv(self, stream_fd: int | None) -> list[str]:
+        """The daemon's own command line, as its host runs it."""
+        args: list[str] = [str(self.executable), str(self.model)]
+        if self.channel == "stdout":
+            args.append("--channel=stdout")
+        elif stream_fd is not None:
             args.append(f"--stream-fd={stream_fd}")
         options: Sequence[tuple[str, object]] = (
             ("n-ctx", self.n_ctx),
@@ -157,6 +200,10 @@ class DaemonLaunch:
             ("draft", self.draft),
             ("draft-block-size", self.draft_block_size),
             ("deterministic", "on" if self.deterministic else None),
+            # The mode needs each sequence's cells in solo order: one KV stream each
+            # (PROTOCOL.md section 1); n_ctx is already n_ctx per sequence times parallel.
+            ("kv-unified", "off" if self.deterministic and (self.parallel or 1) > 1 else None),
+            ("keepalive-ms", self.keepalive_ms if self.channel == "stdout" else None),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)
         args.extend(self.extra_args)

@@ -44,6 +44,7 @@ log = logging.getLogger("lucerna.http")
 def daemon_summary(supervisor: Supervisor) -> dict[str, object]:
     return {
         "state": supervisor.state.value,
+        "host": supervisor.launch.host,
         "pid": supervisor.pid,
         "detail": supervisor.detail,
         "restarts": supervisor.restarts,

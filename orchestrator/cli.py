@@ -20,6 +20,7 @@ import functools
 import ipaddress
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -67,6 +68,16 @@ def cmd_setup(args: argparse.Namespace) -> int:
     _native()
     ensure_default_model(progress)
     ensure_chat_model(progress)
+    if args.config is not None:
+        from orchestrator.config._hosts import host_setup_argv
+
+        for host in load_config(args.config).hosts:
+            argv = host_setup_argv(host)
+            progress(f"setting up host {host.name} ({host.backend}): {' '.join(argv)}")
+            code = subprocess.call(argv)
+            if code != 0:
+                progress(f"setup of host {host.name} failed (exit {code})")
+                return code
     progress("setup complete")
     return 0
 
@@ -136,6 +147,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     ensure_default_model(progress)
     ensure_chat_model(progress)
     ensure_test_models(progress=progress)
+    _ensure_sshd()
     if "--no-clients" not in args.extra:  # tests/clients run the real agents (CI: always)
         for spec in CLIENTS:
             ensure_client(spec, progress)
@@ -156,13 +168,37 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 0
 
 
+_SSHD = "/usr/sbin/sshd"
+
+
+def _ensure_sshd() -> None:
+    """openssh-server for the multi-host tests (tests/_netns.py), where we may install it.
+
+    They run a real sshd in a network namespace: the remote launcher a user would have.
+    Installed only as root on a system with apt-get (CI's Debian image); elsewhere those
+    tests skip, saying why (and fail under CI).
+    """
+    if Path(_SSHD).exists() or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return
+    progress("installing openssh-server for the multi-host tests (apt-get)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "openssh-server",
+               "openssh-client"]
+    if subprocess.call(install, env=env, stdout=subprocess.DEVNULL) != 0:
+        # A fresh image may hold no package lists yet.
+        subprocess.call(["apt-get", "update"], env=env, stdout=subprocess.DEVNULL)
+        if subprocess.call(install, env=env, stdout=subprocess.DEVNULL) != 0:
+            progress("could not install openssh-server; the multi-host tests will say so")
+
+
 def cmd_daemon(args: argparse.Namespace) -> int:
     native = _native()
     role = role_named(args.role)
     binary = native.binary(role.name)
     argv = [str(binary), args.model, *args.extra]
-    if any(arg == "--stream-fd" or arg.startswith("--stream-fd=") for arg in args.extra):
-        os.execv(binary, argv)  # the caller brought its own stream fd
+    if any(arg in ("--stream-fd", "--channel") or arg.startswith(("--stream-fd=", "--channel="))
+           for arg in args.extra):
+        os.execv(binary, argv)  # the caller brought its own stream fd, or wants one channel
     return run_showing_stream(argv)
 
 
@@ -232,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     test.set_defaults(func=cmd_test, passthrough="pytest")
 
     setup = sub.add_parser("setup", help="build the engine and daemons, fetch the embedded models")
+    setup.add_argument("--config", help="also set up every [[hosts]] entry of this config "
+                       "file, through its launcher, with LUCERNA_BACKEND=<its backend> there")
     setup.set_defaults(func=cmd_setup)
 
     models = sub.add_parser("models", help="write the random-weight test models")

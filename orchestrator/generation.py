@@ -161,7 +161,7 @@ async def tokenize_text(model: ServedModel, text: str, *, template_bos: str = ""
 
 def completion_budget(model: ServedModel, request: GenerationRequest) -> int:
     """How many tokens may be generated; raises the 400s a request can earn."""
-    n_ctx = model.n_ctx
+    n_ctx = model.context_limit
     n_prompt = len(request.prompt)
     if n_prompt == 0:
         raise BadRequestError("the prompt is empty after applying the chat template")
@@ -193,7 +193,7 @@ def cap_ends_turn(model: ServedModel, request: GenerationRequest) -> bool:
     OpenCode to send), so the cap ends it too. A smaller ``max_tokens`` and a full
     context still end in ``length``.
     """
-    room = model.n_ctx - len(request.prompt)
+    room = model.context_limit - len(request.prompt)
     wanted = request.max_tokens if request.max_tokens is not None else room
     return model.output_cap <= wanted and model.output_cap < room
 

@@ -18,6 +18,7 @@ from daemons.roles import DaemonLaunch
 from orchestrator.chat_template import ChatTemplate
 from orchestrator.errors import ModelNotFoundError, ServiceUnavailableError
 from orchestrator.events import Event
+from orchestrator.parallel_default import ParallelChoice
 from orchestrator.prefill import PrefillCompressor
 from orchestrator.prefix_cache import PrefixCache
 from orchestrator.reasoning import ReasoningControl
@@ -75,11 +76,18 @@ class ServedModel:
     # "mean" or "last": POST /v1/embeddings pools this model's hidden states so (the
     # daemon's embed, PROTOCOL.md 5.11); None: not configured for embeddings.
     embeddings: str | None = None
+    # ds4 shards whose devices the target uses over ggml RPC (``[[shards]]``), each
+    # supervised on its own; the target starts once they are ready.
+    shards: tuple[Supervisor, ...] = ()
+    # How ``parallel`` was chosen (configured, or fitted to the memory), for /props and
+    # /status; None: built by hand (tests), ``launch.parallel`` as given.
+    parallel_choice: ParallelChoice | None = None
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.name, self.launch, policy=self.restart_policy,
                                      on_ready=self._on_ready,
-                                     on_demand=self.residence.load == "on_demand")
+                                     on_demand=self.residence.load == "on_demand",
+                                     needs=self.shards)
         self.queue = RequestQueue(self.queue_limit, on_turn=self.wake, parallel=self.parallel)
 
     def remember_tokens(self, key: tuple[str, bool], ids: list[int]) -> None:
@@ -139,13 +147,31 @@ class ServedModel:
         return self.launch.parallel or 1
 
     @property
+    def parallel_status(self) -> dict[str, object]:
+        """``parallel`` and how it was chosen (``/props``, ``/status``)."""
+        if self.parallel_choice is None:
+            return {"parallel": self.parallel, "source": "configured"}
+        return self.parallel_choice.status()
+
+    @property
     def n_ctx(self) -> int:
-        """The context one request has: the daemon's, shared by its ``parallel``
-        sequences (``n_ctx / parallel`` each, PROTOCOL.md 9)."""
+        """The context each request is promised: the daemon's KV pool holds this much for
+        each of its ``parallel`` sequences (docs/batching.md)."""
         client = self.supervisor.client
         if client is not None and client.ready is not None:
             return client.ready.n_ctx // client.ready.parallel
         return (self.launch.n_ctx or 0) // self.parallel
+
+    @property
+    def context_limit(self) -> int:
+        """The most tokens one request may hold: its promised ``n_ctx``, or with several
+        sequences the whole pool up to the training context, taking what the others leave
+        free (the daemon preempts when the pool runs short, PROTOCOL.md 9.6)."""
+        client = self.supervisor.client
+        if self.parallel == 1 or client is None or client.ready is None:
+            return self.n_ctx
+        ready = client.ready
+        return min(ready.n_ctx, ready.n_ctx_train) if ready.n_ctx_train > 0 else ready.n_ctx
 
     @property
     def output_cap(self) -> int:

@@ -84,6 +84,9 @@ async def _serve(
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     async with trio.open_nursery() as nursery:
+        shards = {id(shard): shard for model in registry for shard in model.shards}
+        for shard in shards.values():  # ds4 shards, before the targets that wait for them
+            nursery.start_soon(shard.run)
         for model in registry:
             nursery.start_soon(model.supervisor.run)
             if model.prefill is not None:  # PFlash: its drafter daemon (orchestrator/prefill)

@@ -100,9 +100,11 @@ N_GPU_LAYERS = Setting("n_gpu_layers", int,
                        help="layers to offload on GPU builds, -1: all")
 PARALLEL = Setting(
     "parallel", int, "give how many requests generate at once, e.g. parallel = 4 (1: one at "
-    "a time)", default=1, low=1, high=MAX_PARALLEL, flag="--parallel",
+    "a time), or leave it out for as many as fit the memory",
+    shown="as many as fit the memory, at most 8 (docs/batching.md)", low=1, high=MAX_PARALLEL,
+    flag="--parallel",
     help="requests per model that generate at once (continuous batching in one daemon, each "
-    "with n_ctx / parallel tokens of context); the rest queue")
+    "promised n_ctx tokens of one shared KV pool); the rest queue")
 QUEUE_LIMIT = Setting("queue_limit", int, "give how many requests may wait, e.g. 16",
                       default=16, low=0, flag="--queue-limit",
                       help="requests that may wait per model before new ones get 503")

@@ -16,6 +16,11 @@ record, which tells three endings apart:
 - an intentional stop: we stopped it (shutdown); never restarted.
 - an unload: we stopped it while it was idle (``stop``, models on demand); its state
   is ``unloaded`` and the next ``start`` (a request's ``wait_ready``) brings it back.
+- an unreachable host: a daemon on another host (``[[hosts]]``) whose launcher could
+  not reach it (``HostUnreachableError``). That is no failure of the daemon: it builds
+  no streak and never takes the server down. The state is ``unreachable``, requests get
+  a 503 at once instead of waiting, and the start is tried again every
+  ``host_retry_s`` until the host answers.
 
 After ``max_failures`` consecutive failures without progress in between the
 supervisor gives up: its state becomes ``failed`` and ``run`` raises
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 import trio
 
 from daemons.client import DaemonClient, describe_exit
-from daemons.errors import DaemonError, DaemonStartError
+from daemons.errors import DaemonError, DaemonStartError, HostUnreachableError
 from daemons.roles import DaemonLaunch
 from orchestrator.errors import DaemonUnrecoverableError, ServiceUnavailableError
 from orchestrator.slots import open_model_daemon
@@ -54,6 +59,7 @@ class DaemonState(enum.Enum):
     FAILED = "failed"  # gave up: too many failures in a row
     STOPPED = "stopped"
     UNLOADED = "unloaded"  # not started (load on demand), or stopped while idle
+    UNREACHABLE = "unreachable"  # its host does not answer; tried again until it does
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class Supervisor:
         policy: RestartPolicy | None = None,
         on_ready: Callable[[DaemonClient], Awaitable[None]] | None = None,
         on_demand: bool = False,
+        needs: tuple[Supervisor, ...] = (),
     ) -> None:
         self.name = name
         self.launch = launch
@@ -97,6 +104,8 @@ class Supervisor:
         self._changed = trio.Event()
         self._on_ready = on_ready
         self.on_demand = on_demand
+        self.needs = needs
+        """Daemons this one uses (ds4 shards over ggml RPC): each start waits for them."""
         self.unloads = 0
         self.wake_failures = 0  # starts on demand that gave up (see wait_ready)
         self._start_wanted = not on_demand
@@ -104,6 +113,13 @@ class Supervisor:
         # Cancelled by ``stop``: the wait on a running daemon, or a restart's backoff.
         self._stop_scope: trio.CancelScope | None = None
         self._unloaded_detail = "not loaded yet (load = on_demand)"
+        self.unreachable_starts = 0  # starts that found the host unreachable
+        self._unreachable = False
+
+    @property
+    def host_retry_s(self) -> float:
+        """Seconds between tries to reach an unreachable host: its link timeout, 1 s at least."""
+        return max(1.0, self.launch.link_timeout_s or self.policy.max_delay_s)
 
     def start(self) -> None:
         """Have the daemon started if it is unloaded (or being unloaded); idempotent."""
@@ -143,6 +159,13 @@ class Supervisor:
                     self.unloads += 1
                     self._unloaded_detail = "unloaded"
                     continue
+                if self._unreachable:
+                    self._set(DaemonState.UNREACHABLE, f"{self.last_exit}; trying again every "
+                              f"{self.host_retry_s:g} s")
+                    with trio.CancelScope() as self._stop_scope:
+                        await trio.sleep(self.host_retry_s)
+                    self._stop_scope = None
+                    continue
                 if self._streak >= self.policy.max_failures and (
                         self.on_demand or self.unloads):
                     # A wake that failed: say why to those waiting, keep the server up.
@@ -177,9 +200,18 @@ class Supervisor:
     async def _run_once(self) -> bool:
         """One daemon's life; True when ``stop`` ended it (an unload, not a failure)."""
         self.starts += 1
-        if self.starts > 1:
+        self._unreachable = False
+        if self.starts > 1 and self.state is not DaemonState.UNREACHABLE:
             self._set(DaemonState.STARTING, f"restart {self.starts - 1}")
         try:
+            for needed in self.needs:
+                try:
+                    await needed.wait_ready(self.host_retry_s)
+                except ServiceUnavailableError as exc:
+                    # Like an unreachable host: no fault of this daemon; tried again.
+                    self._unreachable = True
+                    self.last_exit = f"waiting for {needed.name}: {exc}"
+                    return False
             async with open_model_daemon(self.launch) as client:
                 if self._on_ready is not None:
                     await self._on_ready(client)
@@ -210,11 +242,19 @@ class Supervisor:
                 self._streak += 1
                 self.crashes += 1
                 self.last_exit = f"daemon pid {client.pid} {describe_exit(client.returncode)}"
+                if client.link_lost:
+                    self.last_exit = f"{client.link_lost}: {self.last_exit}"
                 tail = list(client.stderr_tail)[-3:]
                 if tail:
                     self.last_exit += f"; last stderr: {' | '.join(tail)}"
                 log.error("model %s: crash: %s after %.1f s up%s", self.name, self.last_exit,
                           up_s, "" if served else ", before it served anything")
+        except HostUnreachableError as exc:
+            self.client = None
+            self._unreachable = True
+            self.unreachable_starts += 1
+            self.last_exit = str(exc).splitlines()[0]
+            log.error("model %s: %s", self.name, self.last_exit)
         except DaemonStartError as exc:
             self.client = None
             self._streak += 1
@@ -242,7 +282,8 @@ class Supervisor:
                 if (self.state is DaemonState.READY and client is not None
                         and not client.exited.is_set()):
                     return client
-                if self.state in (DaemonState.FAILED, DaemonState.STOPPED):
+                if self.state in (DaemonState.FAILED, DaemonState.STOPPED,
+                                  DaemonState.UNREACHABLE):
                     break
                 if self.wake_failures != failures:
                     break

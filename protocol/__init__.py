@@ -2,14 +2,25 @@
 
 Everything here works on ``str`` and ``bytes``: encoding commands (and reading a
 command line the way a daemon does, ``parse_command``, for scripts and test doubles),
-parsing the ready line and replies, framing the token stream, the token file and piece
-table formats.
+parsing the ready line and replies, framing the token stream (and, on one channel,
+stdout), the token file and piece table formats.
 It never imports trio or subprocess; the only I/O is reading and writing a token file
 or piece table at a path you give. ``PROTOCOL.md`` next to this file is the contract.
 """
 
 from __future__ import annotations
 
+from ._channel import (
+    CHANNEL_ALIVE_LINE,
+    CHANNEL_STREAM_WORD,
+    ChannelAlive,
+    ChannelLine,
+    ChannelReader,
+    ChannelStream,
+    ChannelUnit,
+    encode_alive,
+    encode_stream_frame,
+)
 from ._codes import (
     MAX_LOGPROBS,
     MAX_PARALLEL,
@@ -78,6 +89,7 @@ from ._summaries import (
 )
 from ._tokens import decode_token_bytes, encode_token_bytes, read_token_file, write_token_file
 from .errors import (
+    ChannelFramingError,
     CommandError,
     MalformedLineError,
     PieceTableError,
@@ -88,6 +100,8 @@ from .errors import (
 )
 
 __all__ = [
+    "CHANNEL_ALIVE_LINE",
+    "CHANNEL_STREAM_WORD",
     "MAX_LOGPROBS",
     "MAX_PARALLEL",
     "PROTOCOL_VERSION",
@@ -95,6 +109,12 @@ __all__ = [
     "RECORD_END",
     "STREAM_END",
     "Cancel",
+    "ChannelAlive",
+    "ChannelFramingError",
+    "ChannelLine",
+    "ChannelReader",
+    "ChannelStream",
+    "ChannelUnit",
     "Command",
     "CommandError",
     "CommandLine",
@@ -152,9 +172,11 @@ __all__ = [
     "decode_token_bytes",
     "decode_value",
     "decode_value_bytes",
+    "encode_alive",
     "encode_line",
     "encode_seq_end",
     "encode_seq_record",
+    "encode_stream_frame",
     "encode_token_bytes",
     "encode_value",
     "parse_command",

@@ -203,17 +203,19 @@ class Unpark(_Residency):
 
 
 KEEP_X1000_MAX = 1000
-COMPRESS_OPTIONS = ("lookahead", "chunk", "pool")
+COMPRESS_OPTIONS = ("lookahead", "chunk", "pool", "segment")
+# The least value of each option; segment=0 scores the prompt in one pass.
+COMPRESS_OPTION_LOW = {"lookahead": 1, "chunk": 1, "pool": 1, "segment": 0}
 
 
 @dataclass(frozen=True, slots=True)
 class Compress(CommandBase):
-    """``compress <ids> <keep_x1000> [lookahead=N] [chunk=N] [pool=N]`` (pflash, section 5.7).
+    """``compress <ids> <keep_x1000> [lookahead=N] [chunk=N] [pool=N] [segment=N]`` (pflash, 5.7).
 
     Keeps the best ``keep_x1000 / 1000`` of the prompt, in chunk units, and writes the
     kept ids in their original order to the stream. ``None`` leaves an option to the
-    daemon's default (lookahead 8, chunk 32, pool 13); a value given is written even
-    when it equals the default.
+    daemon's default (lookahead 8, chunk 32, pool 13, segment 0: one pass); a value given
+    is written even when it equals the default.
     """
 
     name: ClassVar[str] = "compress"
@@ -224,6 +226,7 @@ class Compress(CommandBase):
     lookahead: int | None = None
     chunk: int | None = None
     pool: int | None = None
+    segment: int | None = None
 
     def __post_init__(self) -> None:
         check_ids_ref("ids", self.ids)
@@ -235,7 +238,7 @@ class Compress(CommandBase):
         for key in COMPRESS_OPTIONS:
             value = getattr(self, key)
             if value is not None:
-                object.__setattr__(self, key, int_in_range(key, value, 1))
+                object.__setattr__(self, key, int_in_range(key, value, COMPRESS_OPTION_LOW[key]))
 
     def _args(self) -> list[str]:
         return [self.ids.word(), str(self.keep_x1000)]

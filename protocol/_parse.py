@@ -22,6 +22,7 @@ from typing import TypeAlias, TypedDict
 from ._codes import MAX_LOGPROBS, MAX_PARALLEL, ErrorCode
 from ._command_base import check_slot
 from ._commands import (
+    COMPRESS_OPTION_LOW,
     COMPRESS_OPTIONS,
     EMBED_POOLING,
     KEEP_X1000_MAX,
@@ -342,13 +343,15 @@ def _parse_compress(parsed: CommandLine) -> Compress:
     _expect(parsed, usage, 2, frozenset(COMPRESS_OPTIONS))
     ids = _prompt_word(parsed, parsed.args[0])
     keep = _int_word("keep_x1000", parsed.args[1], 1, KEEP_X1000_MAX)
-    options = {key: _int_word(key, raw, 1) for key, raw in parsed.options.items()}
+    options = {key: _int_word(key, raw, COMPRESS_OPTION_LOW[key])
+               for key, raw in parsed.options.items()}
     return Compress(
         ids,
         keep,
         lookahead=options.get("lookahead"),
         chunk=options.get("chunk"),
         pool=options.get("pool"),
+        segment=options.get("segment"),
     )
 
 

@@ -7,6 +7,7 @@ Hierarchy::
     ├── CommandError            a command line a daemon must refuse (carries ``code``, ``line``)
     ├── ProtocolVersionError    a ready line announces a protocol this package does not speak
     ├── StreamFramingError      stream-fd bytes break the framing of section 1
+    ├── ChannelFramingError     one-channel stdout breaks the framing of section 10
     ├── TokenFileError          a token file is not whole int32 values (carries ``path``)
     └── PieceTableError         a ``vocab`` msgpack does not have the shape of section 5.2
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from ._codes import ErrorCode
 
 __all__ = [
+    "ChannelFramingError",
     "CommandError",
     "MalformedLineError",
     "PieceTableError",
@@ -80,6 +82,14 @@ class StreamFramingError(ProtocolError):
 
     A negative value other than the ``-1`` terminator, or bytes after the terminator
     of the current stream command.
+    """
+
+
+class ChannelFramingError(ProtocolError):
+    """One-channel stdout (``--channel=stdout``) that breaks the framing of section 10.
+
+    A line starting with ``@`` that is neither ``@alive`` nor a ``@stream N`` header, or
+    the end of stdout inside a stream frame.
     """
 
 

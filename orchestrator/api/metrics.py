@@ -107,8 +107,10 @@ def daemon_process_stats(pid: int | None) -> ProcessStats | None:
 
 
 def _live_pid(model: ServedModel) -> int | None:
+    """The daemon's pid on this machine; None when it is not running, or runs on another
+    host (the local process is then its launcher, whose memory and CPU say nothing)."""
     client = model.supervisor.client
-    if client is None or client.exited.is_set():
+    if client is None or client.exited.is_set() or client.launch.host is not None:
         return None
     return client.pid
 
@@ -312,6 +314,7 @@ class Metrics:
         return {
             "state": supervisor.state.value,
             "detail": supervisor.detail,
+            "host": supervisor.launch.host,
             "pid": pid,
             "restarts": supervisor.restarts,
             "crashes": supervisor.crashes,
@@ -327,6 +330,8 @@ class Metrics:
             # Requests that generate at once (``--parallel``), each with ``n_ctx`` tokens;
             # with more than one, the model's tokenizer daemon (orchestrator/slots.py).
             "parallel": model.parallel,
+            # How it was chosen: configured, or fitted to the memory (parallel_default.py).
+            "parallel_choice": model.parallel_status,
             "tokenizer_pid": _tokenizer_pid(model),
             "architecture": model.info.architecture,
             "role": model.launch.role.name,

@@ -233,6 +233,8 @@ def props(model: ServedModel, registry: ModelRegistry,
         "architecture": model.info.architecture,
         "state": model.supervisor.state.value,
         "n_ctx": model.n_ctx,
+        # With several sequences a request may take more than n_ctx from the shared pool.
+        "n_ctx_request_max": model.context_limit,
         "n_ctx_train": ready.n_ctx_train if ready is not None else model.info.context_length,
         "max_output_tokens": model.output_cap,
         "max_output_tokens_source": ("configured" if model.max_output_tokens is not None
@@ -248,6 +250,7 @@ def props(model: ServedModel, registry: ModelRegistry,
         # else what the model is configured with.
         "deterministic": (ready.deterministic if ready is not None
                           else model.launch.deterministic),
+        "parallel_choice": model.parallel_status,
         "chat_template": None if template is None else template.source,
         "chat_template_source": None if template is None else (
             "fallback" if template.is_fallback else "gguf"),

@@ -133,7 +133,7 @@ def add_bench_parser(sub: Any) -> None:
     add_flag(engine, N_GPU_LAYERS)
     add_flag(engine, PARALLEL, help="requests that generate at once: Lucerna's --parallel and "
              "llama-server's --parallel (slots); the context given or chosen is per request, "
-             "and both servers get it times this")
+             "and both servers hold it times this in one pool", shown="1")
     add_flag(engine, QUEUE_LIMIT, help="Lucerna's --queue-limit",
              shown=f"the largest concurrency, at least {QUEUE_LIMIT.default}")
     engine.add_argument("--startup-timeout", type=float, default=600.0,
@@ -282,9 +282,9 @@ def _bench_self_contained(args: argparse.Namespace) -> int:
         # would use ChatML. The same template on both sides: the same prompts.
         template_file = logs / "fallback-chat-template.jinja"
         template_file.write_text(FALLBACK_TEMPLATE, encoding="utf-8")
-    # Each of the --parallel slots gets the context a request needs (both servers split
-    # n_ctx evenly among their slots).
-    settings = server_settings(args, plan, model, n_ctx * (args.parallel or 1), template_file)
+    # Each of the --parallel slots is promised the context a request needs (both servers
+    # hold n_ctx per slot in one pool, ServerSettings.parallel).
+    settings = server_settings(args, plan, model, n_ctx, template_file)
     recorded = _settings(
         args, plan, model=str(model), n_ctx=settings.n_ctx, parallel=settings.parallel,
         threads=settings.threads,

@@ -47,6 +47,7 @@ import httpx
 
 from daemons.paths import repo_root
 from orchestrator.errors import OrchestratorError
+from orchestrator.parallel_default import pool_tokens
 
 __all__ = [
     "BenchServerError",
@@ -85,8 +86,10 @@ class ServerSettings:
     chat_template_file: Path | None = None
     """A Jinja chat template for llama-server, when the model has none of its own."""
     parallel: int = 1
-    """Requests that generate at once: Lucerna's ``--parallel``, llama-server's slots. Both
-    split ``n_ctx`` evenly among them (llama-server's KV is not unified by default)."""
+    """Requests that generate at once: Lucerna's ``--parallel``, llama-server's slots.
+    ``n_ctx`` is each one's context: both hold one unified KV pool of ``n_ctx * parallel``
+    tokens (Lucerna's ``--n-ctx`` is per sequence, llama-server's ``--ctx-size`` the pool,
+    with ``--kv-unified``)."""
 
 
 def free_port() -> int:
@@ -100,8 +103,7 @@ def lucerna_argv(settings: ServerSettings, port: int, model_name: str) -> list[s
             "--model-name", model_name, "--host", "127.0.0.1", "--port", str(port),
             "--n-ctx", str(settings.n_ctx), "--threads", str(settings.threads),
             "--queue-limit", str(settings.queue_limit)]
-    if settings.parallel > 1:
-        argv += ["--parallel", str(settings.parallel)]
+    argv += ["--parallel", str(settings.parallel)]  # never the memory-fitted default
     if settings.n_gpu_layers is not None:
         argv += ["--n-gpu-layers", str(settings.n_gpu_layers)]
     if not settings.prompt_cache:
@@ -118,13 +120,16 @@ def llama_server_argv(binary: Path, settings: ServerSettings, port: int,
     argv = [
         str(binary), "--model", str(settings.model), "--alias", model_name,
         "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", str(settings.n_ctx), "--parallel", str(settings.parallel),
+        "--ctx-size", str(pool_tokens(settings.n_ctx, settings.parallel)),
+        "--parallel", str(settings.parallel),
         "--threads", str(settings.threads), "--threads-batch", str(settings.threads),
         "--batch-size", batch, "--ubatch-size", batch,
         "--n-gpu-layers", "all" if ngl is None or ngl < 0 else str(ngl),
         "--cache-type-k", "f16", "--cache-type-v", "f16", "--flash-attn", "auto",
         "--swa-full", "--fit", "off",
     ]
+    if settings.parallel > 1:
+        argv += ["--kv-unified"]
     if not settings.prompt_cache:
         argv += ["--no-cache-prompt", "--cache-ram", "0"]
     if settings.chat_template_file is not None:

@@ -29,6 +29,16 @@ The schema (configs/lucerna.toml is a commented example)::
 
     [models.prefill]              PFlash compression / proxy mode; see
                                   orchestrator/prefill/_settings.py for the keys
+    host, shards, override_tensor   (in [[models]]) the [[hosts]] entry that runs the
+                                  daemon; the [[shards]] whose devices it adds (RPC0..);
+                                  REGEX=DEVICE tensor placements
+
+    [[hosts]]                     a machine reached through a launcher (ssh); its
+    name, launcher, backend ("cpu" | "cuda" | "hip": picks its build), checkout,
+    daemon_dir, model_dir, scratch_dir, remote_shell, link_timeout, keepalive
+
+    [[shards]]                    a ds4_shard daemon serving its device over ggml RPC
+    name, path, host, listen ("HOST:PORT"), threads, extra_args
 
 ``draft`` is a DFlash draft GGUF for the model's qwen35 daemon: every generation then
 decodes speculatively (PROTOCOL.md 5.9). The daemon's benchmark-only oracle proposer has
@@ -50,9 +60,11 @@ from orchestrator.config._keys import (
     CHAT_MODEL_PATH,
     DEFAULT_MODEL_PATH,
     LOG_LEVELS,
+    HostKeys,
     ModelKeys,
     RestartKeys,
     ServerKeys,
+    ShardKeys,
 )
 from orchestrator.config._load import load_config, parse_config, parse_duration, read_api_key_file
 from orchestrator.config._overrides import (
@@ -63,9 +75,11 @@ from orchestrator.config._overrides import (
 )
 from orchestrator.config._schema import (
     EMBEDDED_MODEL_NAMES,
+    HostSettings,
     LucernaConfig,
     ModelSettings,
     ServerSettings,
+    ShardSettings,
 )
 
 __all__ = [
@@ -73,6 +87,8 @@ __all__ = [
     "DEFAULT_MODEL_PATH",
     "EMBEDDED_MODEL_NAMES",
     "LOG_LEVELS",
+    "HostKeys",
+    "HostSettings",
     "LucernaConfig",
     "ModelKeys",
     "ModelSettings",
@@ -80,6 +96,8 @@ __all__ = [
     "RestartKeys",
     "ServerKeys",
     "ServerSettings",
+    "ShardKeys",
+    "ShardSettings",
     "add_serve_arguments",
     "apply_overrides",
     "build_models",

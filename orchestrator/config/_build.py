@@ -13,11 +13,19 @@ from typing import TYPE_CHECKING
 
 from daemons.errors import DaemonsError
 from daemons.roles import DEFAULT_SLOTS, ROLES, DaemonLaunch, RoleSpec, target_role_for
+from orchestrator.config._hosts import host_launch_fields
 from orchestrator.config._keys import CHAT_MODEL_PATH, DEFAULT_MODEL_PATH
 from orchestrator.config._schema import LucernaConfig, ModelSettings, ServerSettings
 from orchestrator.errors import ConfigError
+from orchestrator.parallel_default import (
+    ParallelChoice,
+    backend_free_bytes,
+    choose_parallel,
+    pool_tokens,
+)
 from orchestrator.prefix_cache import CacheSettings, PrefixCache, default_ram_bytes
 from orchestrator.reasoning import ReasoningControl
+from orchestrator.settings import N_CTX
 
 if TYPE_CHECKING:
     from daemons.gguf_info import GGUFInfo
@@ -49,8 +57,29 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             raise ConfigError(f"{at}: {path} is not a readable GGUF file: {exc}. "
                               "Fix: point it at a GGUF model file.") from None
 
+    from orchestrator.supervisor import Supervisor
+
     served: list[ServedModel] = []
     cache = _cache_settings(config.server, len(config.models))
+    hosts = {host.name: host for host in config.hosts}
+    # One supervised daemon per shard, whichever models use it.
+    shards: dict[str, Supervisor] = {}
+    for i, shard in enumerate(config.shards):
+        where = f"{config.source}: shards[{i}] ({shard.name})"
+        shard_path, shard_info = gguf(shard.path, f"{where}.path")
+        shard_role = ROLES["ds4_shard"]
+        if shard_info.architecture not in shard_role.architectures:
+            raise ConfigError(f"{where}.path: a ds4 shard starts with a deepseek4 GGUF, this "
+                              f"one is {shard_info.architecture!r}. Fix: point it at the "
+                              "deepseek4 model.")
+        shard_runs: dict[str, object] = (
+            {"executable": native.binary(shard_role.name), "model": shard_path}
+            if shard.host is None
+            else host_launch_fields(hosts[shard.host], shard_role, shard_path, None))
+        shard_launch = DaemonLaunch(role=shard_role, threads=shard.threads,
+                                    rpc_listen=shard.listen, extra_args=shard.extra_args,
+                                    **shard_runs)  # type: ignore[arg-type]
+        shards[shard.name] = Supervisor(f"shard {shard.name}", shard_launch)
     for i, settings in enumerate(config.models):
         where = f"{config.source}: models[{i}] ({settings.name})"
         # PFlash proxy mode (orchestrator/prefill) runs no target: the model's own
@@ -71,16 +100,28 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             draft, draft_info = gguf(settings.draft, f"{where}.draft")
             _check_draft(role, draft_info.architecture, f"{where}.draft")
         _check_parallel(settings, where)
-        parallel = settings.parallel
+        choice = _parallel_choice(settings, path, info, proxy, native.backend, cache.enabled)
+        parallel = choice.parallel
+        where_runs: dict[str, object] = (
+            {"executable": native.binary(role.name), "model": path, "draft": draft,
+             "launcher": settings.launcher} if settings.host is None
+            else host_launch_fields(hosts[settings.host], role, path, draft))
         launch = DaemonLaunch(
-            role=role, executable=native.binary(role.name), model=path,
-            n_ctx=settings.n_ctx, parallel=parallel if parallel > 1 else None,
+            role=role,
+            n_ctx=(pool_tokens(settings.n_ctx or N_CTX.default, parallel) if parallel > 1
+                   else settings.n_ctx),
+            parallel=parallel if parallel > 1 else None,
             threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
-            draft=draft, draft_block_size=settings.draft_block_size,
+            draft_block_size=settings.draft_block_size,
             deterministic=settings.deterministic,
-            extra_args=settings.extra_args, launcher=settings.launcher, env=dict(settings.env),
+            rpc=tuple(shards[name].launch.rpc_listen or "" for name in settings.shards),
+            override_tensors=settings.override_tensor,
+            extra_args=settings.extra_args, env=dict(settings.env),
+            **where_runs,  # type: ignore[arg-type]
         )
+        # A daemon on another host writes its slot files there: RAM only for it.
+        model_cache = cache if settings.host is None else replace(cache, disk_dir=None)
         served.append(ServedModel(
             name=settings.name, info=info, launch=launch, queue_limit=settings.queue_limit,
             max_output_tokens=settings.max_output_tokens, restart_policy=settings.restart,
@@ -90,12 +131,14 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                                      restart=settings.restart),
             # The prefix cache snapshots and restores sequence 0 over protocol 1; a model
             # with several sequences does without it for now (issue 13 item 5).
-            prefix_cache=(PrefixCache(settings.name, cache, launch.slots or DEFAULT_SLOTS)
+            prefix_cache=(PrefixCache(settings.name, model_cache, launch.slots or DEFAULT_SLOTS)
                           if parallel == 1 else None),
             residence=Residence(load=settings.load, idle_s=settings.idle_s,
                                 idle_action=settings.idle_action, group=settings.group),
             reasoning=_reasoning_default(settings),
             embeddings=settings.embeddings,
+            shards=tuple(shards[name] for name in settings.shards),
+            parallel_choice=choice,
         ))
     return served
 
@@ -118,8 +161,29 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
         disk_bytes=(server.kv_cache_dir_mib << 20) // max(1, n_models))
 
 
+def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy: bool,
+                     backend: str, prefix_cache: bool) -> ParallelChoice:
+    """``parallel`` as configured, else one where a draft, PFlash or the prefix cache needs
+    it, else as many sequences as fit the memory (``orchestrator.parallel_default``)."""
+    if settings.parallel is not None:
+        return ParallelChoice(settings.parallel, "configured")
+    if settings.draft is not None:
+        return ParallelChoice(1, "draft: a speculative daemon serves one sequence")
+    if proxy or (settings.prefill is not None and settings.prefill.mode != "off"):
+        return ParallelChoice(1, "prefill: PFlash drives the target one request at a time")
+    fitted = choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
+                             backend_free_bytes(backend))
+    if prefix_cache and fitted.parallel > 1:
+        # The prefix cache drives sequence 0 over protocol 1 (issue 13 item 5): until it
+        # serves several sequences, the default keeps it and says what would fit.
+        return replace(fitted, parallel=1, fits=fitted.parallel,
+                       source="prefix cache: it serves one sequence yet; --cache-ram 0 or "
+                       "parallel = N to batch")
+    return fitted
+
+
 def _check_parallel(settings: ModelSettings, where: str) -> None:
-    if settings.parallel == 1:
+    if settings.parallel is None or settings.parallel == 1:
         return
     if settings.draft is not None:
         raise ConfigError(f"{where}: parallel = {settings.parallel} with a draft: a "

@@ -1,6 +1,7 @@
 """Every key of the config file, declared once (``orchestrator.settings.Setting``).
 
-A class per table (``ServerKeys``, ``ModelKeys``, ``RestartKeys``) holds its keys.
+A class per table (``ServerKeys``, ``HostKeys``, ``ModelKeys``, ``RestartKeys``) holds
+its keys.
 
 Each declaration is the one source of its key's type, bounds or choices, default, fix
 and flag: the validator (``_load``), the ``lucerna serve`` flags (``_overrides``), the
@@ -10,6 +11,7 @@ dataclasses (``_schema``) take their defaults from it.
 
 from __future__ import annotations
 
+from daemons.engine import BACKENDS
 from daemons.roles import ROLES
 from orchestrator.api._http import MAX_BODY_BYTES
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S
@@ -18,13 +20,16 @@ from orchestrator.settings import N_CTX, N_GPU_LAYERS, PARALLEL, QUEUE_LIMIT, TH
 from orchestrator.supervisor import RestartPolicy
 
 __all__ = [
+    "BACKENDS",
     "CHAT_MODEL_PATH",
     "DEFAULT_MODEL_PATH",
+    "HostKeys",
     "LOG_LEVELS",
     "TARGET_ROLES",
     "ModelKeys",
     "RestartKeys",
     "ServerKeys",
+    "ShardKeys",
 ]
 
 DEFAULT_MODEL_PATH = "default"
@@ -84,6 +89,35 @@ class ServerKeys:
                                "write group_memory_mib = { default = 8192 }")
 
 
+class HostKeys:
+    """One ``[[hosts]]`` table: a machine that runs daemons, reached through a launcher."""
+
+    NAME = Setting("name", str, 'name the host as models will, e.g. name = "strix"')
+    LAUNCHER = Setting("launcher", list, 'list the command that runs a command there, e.g. '
+                       '["ssh", "-o", "BatchMode=yes", "strix.lan"]')
+    BACKEND = Setting("backend", str, f"use the backend that host's daemons were built for: "
+                      f"{', '.join(BACKENDS)}", default="cpu", choices=BACKENDS, noun="backend")
+    DAEMON_DIR = Setting("daemon_dir", str, 'give the directory of the lucerna-<role> '
+                         'executables on that host, e.g. "/opt/lucerna/build/native-cuda/bin"',
+                         shown="<checkout>/build/native-<backend>/bin")
+    CHECKOUT = Setting("checkout", str, 'give the Lucerna checkout on that host, e.g. '
+                       '"/opt/lucerna" (its daemons are built with LUCERNA_BACKEND=<backend>)',
+                       shown="this machine's checkout path")
+    MODEL_DIR = Setting("model_dir", str, 'give the directory of the model files on that '
+                        'host, e.g. "/srv/models"', shown="the local copy's directory")
+    SCRATCH_DIR = Setting("scratch_dir", str, 'give a directory on that host the daemons may '
+                          'write files to (piece tables, embeddings), e.g. "/tmp"',
+                          default="/tmp")
+    REMOTE_SHELL = Setting("remote_shell", bool, "write true when the launcher hands a shell "
+                           "line to the host (ssh), false when it takes argv words "
+                           "(ip netns exec)", default=True)
+    LINK_TIMEOUT = Setting("link_timeout", str, 'write a duration such as "5s": nothing '
+                           "heard from a daemon there this long means the link is gone",
+                           default="5s")
+    KEEPALIVE = Setting("keepalive", str, 'write a duration such as "1s": how often a '
+                        "daemon there writes a keep-alive", default="1s")
+
+
 class ModelKeys:
     """One ``[[models]]`` table."""
 
@@ -125,8 +159,16 @@ class ModelKeys:
         "whatever the batch, so greedy output does not depend on batching, prefill chunks, "
         "prefix-cache restores or speculative decoding (docs/deterministic.md gives the cost)")
     EXTRA_ARGS = Setting("extra_args", list, 'list extra daemon flags, e.g. ["--seed=1"]')
-    LAUNCHER = Setting("launcher", list, 'list the command to prefix, e.g. ["ssh", "gpu-host"]')
+    LAUNCHER = Setting("launcher", list, 'list the command to prefix, e.g. ["ip", "netns", '
+                       '"exec", "gpu"]; for another machine use a [[hosts]] entry and host')
+    HOST = Setting("host", str, "name one of the [[hosts]], or leave host out to run the "
+                   "daemon on this machine")
     ENV = Setting("env", dict, 'write env = { NAME = "value" }')
+    SHARDS = Setting("shards", list, 'list [[shards]] by name, e.g. shards = ["experts"]: '
+                     "their devices are RPC0, RPC1, ... in that order (--rpc)")
+    OVERRIDE_TENSOR = Setting("override_tensor", list, 'list REGEX=DEVICE placements, e.g. '
+                              '["ffn_.*_exps=RPC0"] (experts) or ["blk\\\\.1\\\\.=RPC0"] '
+                              "(layer 1) (--override-tensor)")
     QUEUE_LIMIT = QUEUE_LIMIT
     PARALLEL = PARALLEL
     MAX_OUTPUT_TOKENS = Setting(
@@ -158,6 +200,20 @@ class ModelKeys:
         "token)")
     RESTART = Setting("restart", dict, "write restart = { max_failures = 5 }")
     PREFILL = Setting("prefill", dict, 'write [models.prefill] with drafter = "default"')
+
+
+class ShardKeys:
+    """One ``[[shards]]`` table: a ds4_shard daemon serving its device over ggml RPC."""
+
+    NAME = Setting("name", str, 'name the shard as models will, e.g. name = "experts"')
+    PATH = Setting("path", str, "point it at the deepseek4 GGUF the shard is started with "
+                   "(a local copy; relative paths are relative to the config file)")
+    HOST = Setting("host", str, "name one of the [[hosts]], or leave host out to run the "
+                   "shard on this machine")
+    LISTEN = Setting("listen", str, 'give the HOST:PORT its RPC server listens on, as the '
+                     'targets dial it, e.g. "10.0.0.2:50052"')
+    THREADS = THREADS
+    EXTRA_ARGS = ModelKeys.EXTRA_ARGS
 
 
 class RestartKeys:

@@ -13,16 +13,26 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config._keys import LOG_LEVELS, TARGET_ROLES, ModelKeys, RestartKeys, ServerKeys
+from orchestrator.config._keys import (
+    LOG_LEVELS,
+    TARGET_ROLES,
+    HostKeys,
+    ModelKeys,
+    RestartKeys,
+    ServerKeys,
+    ShardKeys,
+)
 from orchestrator.config._schema import (
     EMBEDDED_MODEL_NAMES,
+    HostSettings,
     LucernaConfig,
     ModelSettings,
     ServerSettings,
+    ShardSettings,
 )
 from orchestrator.errors import ConfigError
 from orchestrator.prefill import parse_prefill_table
-from orchestrator.settings import SettingsTable
+from orchestrator.settings import Setting, SettingsTable
 from orchestrator.supervisor import RestartPolicy
 
 __all__ = ["load_config", "parse_config", "parse_duration", "read_api_key_file"]
@@ -52,6 +62,8 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>",
     top = SettingsTable(data, "", source)
     server_data = top.table("server", "write [server] as a table of settings")
     server = _server_settings(SettingsTable(server_data or {}, "server", source), base)
+    hosts = _hosts(top, source)
+    shards = _shards(top, source, base)
     models_data = top.get("models")
     example = 'add a [[models]] table with name = "gemma3-270m" and path = "default"'
     if models_data is None:
@@ -70,7 +82,131 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>",
                               "is what clients put in the request's `model` field).")
         models.append(model)
     _check_default_model(server, models, source)
-    return LucernaConfig(server=server, models=tuple(models), source=source)
+    _check_model_hosts(hosts, models, source)
+    _check_shards(hosts, shards, models, source)
+    return LucernaConfig(server=server, models=tuple(models), hosts=hosts, shards=shards,
+                         source=source)
+
+
+def _shards(top: SettingsTable, source: str, base: Path) -> tuple[ShardSettings, ...]:
+    data = top.get("shards")
+    if data is None:
+        return ()
+    example = ('add [[shards]] tables with name = "experts", path = "ds4.gguf" and '
+               'listen = "10.0.0.2:50052"')
+    if not isinstance(data, list) or not all(isinstance(h, dict) for h in data):
+        raise top.error("shards", "expected an array of tables ([[shards]])", example)
+    shards: list[ShardSettings] = []
+    for i, shard_data in enumerate(data):
+        table = SettingsTable(shard_data, f"shards[{i}]", source)
+        keys = ShardKeys
+        name = table.read(keys.NAME, required=True)
+        table.where = f"shards[{i}] ({name})"
+        path = table.file(keys.PATH, base, required=True)
+        listen = table.read(keys.LISTEN, required=True)
+        address, _, port = listen.rpartition(":")
+        if not address or not port.isdigit() or not 0 < int(port) < 65536:
+            raise table.error("listen", f"{listen!r} is not HOST:PORT", keys.LISTEN.fix)
+        shard = ShardSettings(name=name, path=path or "", listen=listen,
+                              host=table.read(keys.HOST), threads=table.read(keys.THREADS),
+                              extra_args=tuple(table.read(keys.EXTRA_ARGS) or ()))
+        table.finish()
+        if any(s.name == shard.name for s in shards):
+            raise ConfigError(f"{source}: shards[{i}].name: {name!r} is already the name of "
+                              "an earlier shard. Fix: give every shard its own name.")
+        shards.append(shard)
+    return tuple(shards)
+
+
+def _check_shards(hosts: Sequence[HostSettings], shards: Sequence[ShardSettings],
+                  models: Sequence[ModelSettings], source: str) -> None:
+    host_names = [h.name for h in hosts]
+    for i, shard in enumerate(shards):
+        if shard.host is not None and shard.host not in host_names:
+            raise ConfigError(f"{source}: shards[{i}] ({shard.name}).host: {shard.host!r} is "
+                              "not a configured host. Fix: add a [[hosts]] table named so, or "
+                              "leave host out.")
+    names = [s.name for s in shards]
+    for i, model in enumerate(models):
+        for name in model.shards:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ConfigError(f"{source}: models[{i}] ({model.name}).shards: {name!r} is "
+                                  f"not a configured shard. Fix: {hint}add a [[shards]] table "
+                                  "named so.")
+
+
+def _hosts(top: SettingsTable, source: str) -> tuple[HostSettings, ...]:
+    data = top.get("hosts")
+    if data is None:
+        return ()
+    example = 'add [[hosts]] tables with name = "gpu2" and launcher = ["ssh", "gpu2"]'
+    if not isinstance(data, list) or not all(isinstance(h, dict) for h in data):
+        raise top.error("hosts", "expected an array of tables ([[hosts]])", example)
+    hosts: list[HostSettings] = []
+    for i, host_data in enumerate(data):
+        host = _host_settings(SettingsTable(host_data, f"hosts[{i}]", source))
+        if any(h.name == host.name for h in hosts):
+            raise ConfigError(f"{source}: hosts[{i}].name: {host.name!r} is already the name "
+                              "of an earlier host. Fix: give every host its own name.")
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def _host_settings(table: SettingsTable) -> HostSettings:
+    keys = HostKeys
+    name = table.read(keys.NAME, required=True)
+    table.where = f"{table.where} ({name})"
+    launcher = table.read(keys.LAUNCHER, required=True)
+    if not launcher:
+        raise table.error("launcher", "is empty", keys.LAUNCHER.fix)
+    for key in (keys.DAEMON_DIR, keys.CHECKOUT, keys.MODEL_DIR, keys.SCRATCH_DIR):
+        value = table.read(key)
+        if value is not None and not value.startswith("/"):
+            raise table.error(key.key, f"{value!r} is not an absolute path", key.fix)
+
+    def duration(setting: Setting) -> float:
+        value = table.get(setting.key)
+        return parse_duration(setting.default if value is None else value,
+                              lambda problem: table.error(setting.key, problem, setting.fix))
+
+    link_timeout = duration(keys.LINK_TIMEOUT)
+    keepalive = duration(keys.KEEPALIVE)
+    if keepalive * 2 > link_timeout:
+        raise table.error("link_timeout", f"{link_timeout:g} s is less than two keep-alive "
+                          f"intervals ({keepalive:g} s each)", "make link_timeout at least "
+                          "twice keepalive, e.g. keepalive = \"1s\", link_timeout = \"5s\"")
+    host = HostSettings(
+        name=name, launcher=tuple(launcher), backend=table.read(keys.BACKEND),
+        daemon_dir=table.read(keys.DAEMON_DIR), checkout=table.read(keys.CHECKOUT),
+        model_dir=table.read(keys.MODEL_DIR), scratch_dir=table.read(keys.SCRATCH_DIR),
+        remote_shell=table.read(keys.REMOTE_SHELL), link_timeout_s=link_timeout,
+        keepalive_s=keepalive)
+    table.finish()
+    return host
+
+
+def _check_model_hosts(hosts: Sequence[HostSettings], models: Sequence[ModelSettings],
+                       source: str) -> None:
+    names = [h.name for h in hosts]
+    for i, model in enumerate(models):
+        where = f"{source}: models[{i}] ({model.name}).host"
+        if model.host is None:
+            continue
+        if model.host not in names:
+            close = difflib.get_close_matches(model.host, names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"{where}: {model.host!r} is not a configured host. Fix: "
+                              f"{hint}add a [[hosts]] table named so"
+                              + (f", or name one of {', '.join(names)}." if names else "."))
+        if model.launcher:
+            raise ConfigError(f"{where}: the model has both host and launcher. Fix: keep "
+                              "host; its [[hosts]] entry holds the launcher.")
+        if model.prefill is not None and model.prefill.mode != "off":
+            raise ConfigError(f"{where}: [models.prefill] on another host is not supported "
+                              "yet (its drafter would run here). Fix: leave host out, or "
+                              "remove [models.prefill].")
 
 
 def _check_default_model(server: ServerSettings, models: Sequence[ModelSettings],
@@ -186,6 +322,14 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
                               "remove it; benchmarks run the daemon directly "
                               "(bin/gpu-dflash-bench)")
     launcher = table.read(keys.LAUNCHER)
+    host = table.read(keys.HOST)
+    shards = table.read(keys.SHARDS)
+    overrides = table.read(keys.OVERRIDE_TENSOR)
+    for entry in overrides or ():
+        pattern, _, device = entry.rpartition("=")
+        if not pattern or not device or "," in entry:
+            raise table.error("override_tensor", f"{entry!r} is not REGEX=DEVICE",
+                              keys.OVERRIDE_TENSOR.fix)
     env = table.read(keys.ENV)
     if env is not None and not all(isinstance(v, str) for v in env.values()):
         raise table.error("env", "every value must be a string", 'quote the values: '
@@ -225,6 +369,9 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         extra_args=extra or (),
         launcher=launcher or (),
         env=dict(env or {}),
+        shards=tuple(shards or ()),
+        override_tensor=tuple(overrides or ()),
+        host=host,
         queue_limit=queue,
         parallel=parallel,
         max_output_tokens=max_out,

@@ -12,13 +12,15 @@ from daemons.default_model import CHAT_MODEL_NAME, DEFAULT_MODEL_NAME
 from orchestrator.config._keys import (
     CHAT_MODEL_PATH,
     DEFAULT_MODEL_PATH,
+    HostKeys,
     ModelKeys,
     ServerKeys,
 )
 from orchestrator.prefill import PrefillSettings
 from orchestrator.supervisor import RestartPolicy
 
-__all__ = ["EMBEDDED_MODEL_NAMES", "LucernaConfig", "ModelSettings", "ServerSettings"]
+__all__ = ["EMBEDDED_MODEL_NAMES", "HostSettings", "LucernaConfig", "ModelSettings",
+           "ServerSettings", "ShardSettings"]
 
 EMBEDDED_MODEL_NAMES = {CHAT_MODEL_PATH: CHAT_MODEL_NAME, DEFAULT_MODEL_PATH: DEFAULT_MODEL_NAME}
 """Embedded models by their ``path`` word; without a config both are served, the chat
@@ -59,6 +61,49 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class HostSettings:
+    """One ``[[hosts]]`` table: a machine whose daemons are started through ``launcher``.
+
+    Its daemons speak on one channel (PROTOCOL.md 10): the launcher needs to carry only
+    stdin, stdout and stderr, as ssh does.
+    """
+
+    name: str
+    launcher: tuple[str, ...]
+    link_timeout_s: float
+    """Nothing heard from a daemon there this long: the link is lost (``link_timeout``)."""
+    keepalive_s: float
+    """How often its daemons write a keep-alive (``keepalive``)."""
+    backend: str = HostKeys.BACKEND.default
+    """What that host's daemons were built for (``LUCERNA_BACKEND`` there); the ready
+    line's ``backend`` must say the same."""
+    daemon_dir: str | None = None
+    """The executables' directory there; None: ``<checkout>/build/native-<backend>/bin``."""
+    checkout: str | None = None
+    """The Lucerna checkout there; None: the same path as this machine's."""
+    model_dir: str | None = None
+    """Where model files live there (looked up by file name); None: the local copy's
+    directory (a shared or mirrored file system)."""
+    scratch_dir: str = HostKeys.SCRATCH_DIR.default
+    remote_shell: bool = HostKeys.REMOTE_SHELL.default
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """One ``[[shards]]`` table: a ds4_shard daemon that serves its device over ggml RPC
+    to the targets that list it in ``shards`` (PROTOCOL.md 5.8)."""
+
+    name: str
+    path: str
+    """The deepseek4 GGUF it starts with (absolute once loaded; a local copy for a host)."""
+    listen: str
+    """``HOST:PORT`` of its RPC server, as the targets dial it (``--rpc-listen``)."""
+    host: str | None = None
+    threads: int | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ModelSettings:
     """One ``[[models]]`` table, validated but not yet resolved against the disk."""
 
@@ -80,9 +125,17 @@ class ModelSettings:
     extra_args: tuple[str, ...] = ()
     launcher: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    shards: tuple[str, ...] = ()
+    """``[[shards]]`` whose devices the target adds, as RPC0, RPC1, ... (``--rpc``)."""
+    override_tensor: tuple[str, ...] = ()
+    """``REGEX=DEVICE`` tensor placements (``--override-tensor``), e.g. onto a shard."""
+    host: str | None = None
+    """The ``[[hosts]]`` entry that runs the daemon; None: this machine. ``path`` is then
+    a local copy whose header the front end reads; the daemon loads the host's file."""
     queue_limit: int = ModelKeys.QUEUE_LIMIT.default
-    parallel: int = ModelKeys.PARALLEL.default
-    """Requests that generate at once in one daemon (``--parallel``, PROTOCOL.md 9)."""
+    parallel: int | None = ModelKeys.PARALLEL.default
+    """Requests that generate at once in one daemon (``--parallel``, PROTOCOL.md 9); None:
+    as many as fit the memory (``orchestrator.parallel_default``)."""
     max_output_tokens: int | None = ModelKeys.MAX_OUTPUT_TOKENS.default
     """Cap on the tokens of one request, whatever it asks; None: a quarter of n_ctx."""
     restart: RestartPolicy = field(default_factory=RestartPolicy)
@@ -110,5 +163,7 @@ class ModelSettings:
 class LucernaConfig:
     server: ServerSettings
     models: tuple[ModelSettings, ...]
+    hosts: tuple[HostSettings, ...] = ()
+    shards: tuple[ShardSettings, ...] = ()
     source: str = "<config>"
     """Where it came from, for messages: a file path or ``command line``."""

@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -132,7 +133,7 @@ async def open_daemon_backend(target: DaemonLaunch, drafter: DaemonLaunch,
                               options: CompressOptions, *,
                               park: bool = False) -> AsyncIterator[DaemonBackend]:
     """Start both daemons; the target's GGUF chat template applies as in the server."""
-    info = read_gguf_info(target.model)
+    info = read_gguf_info(Path(target.model))  # niah runs its daemons on this machine
     async with AsyncExitStack() as stack:
         target_client = await stack.enter_async_context(open_daemon(target))
         drafter_client = await stack.enter_async_context(open_daemon(drafter))

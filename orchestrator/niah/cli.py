@@ -102,6 +102,8 @@ def add_niah_parser(sub: Any) -> None:
     add_flag(daemon, PrefillKeys.LOOKAHEAD, flag="--lookahead", help="compress lookahead")
     add_flag(daemon, PrefillKeys.CHUNK, flag="--chunk", help="compress chunk")
     add_flag(daemon, PrefillKeys.POOL, flag="--pool", help="compress pool")
+    add_flag(daemon, PrefillKeys.SEGMENT, flag="--segment",
+             help="compress segment (0: score in one pass)")
     http = niah.add_argument_group("http mode")
     http.add_argument("--url", default="http://127.0.0.1:8080/v1",
                       help="the server's base URL (default http://127.0.0.1:8080/v1); it needs "
@@ -194,5 +196,6 @@ def _launches(args: argparse.Namespace, native: Any) -> tuple[Any, Any, Any]:
                            model=drafter_path, **common)
     defaults = CompressOptions()
     options = replace(defaults, lookahead=args.lookahead or defaults.lookahead,
-                      chunk=args.chunk or defaults.chunk, pool=args.pool or defaults.pool)
+                      chunk=args.chunk or defaults.chunk, pool=args.pool or defaults.pool,
+                      segment=defaults.segment if args.segment is None else args.segment)
     return target, drafter, options

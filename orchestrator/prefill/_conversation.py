@@ -133,7 +133,8 @@ async def compress_conversation(
         scoring_started = time.perf_counter()
         async with drafter_turn(drafter, target, park=park_target):
             kept = await drafter.compress(ids, keep_x1000, lookahead=options.lookahead,
-                                          chunk=options.chunk, pool=options.pool)
+                                          chunk=options.chunk, pool=options.pool,
+                                          segment=options.segment)
         compress_ms = (time.perf_counter() - scoring_started) * 1000
     n_content = sum(len(span) for span in spans.values())
 

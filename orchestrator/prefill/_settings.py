@@ -12,6 +12,7 @@
     n_ctx = 131072             # the drafter's context: the longest prompt it can score
     threads, n_gpu_layers      # the drafter daemon's, as for the model
     lookahead = 8, chunk = 32, pool = 13      # compress options (PROTOCOL.md 5.7)
+    segment = 8192             # longer prompts are scored a segment at a time (0: one pass)
     upstream = "http://gpu-box:8080/v1"       # proxy mode: forward to this server
     upstream_key = "..."       # its bearer key (or $LUCERNA_UPSTREAM_KEY)
     upstream_model = "qwen3.6-27b"            # the model name sent upstream
@@ -59,6 +60,8 @@ class CompressOptions:
     """Tokens are kept or dropped in chunks of this many."""
     pool: int = _KEYS.POOL.default
     """Width of the max-pool that smooths the scores."""
+    segment: int = _KEYS.SEGMENT.default
+    """Prompts longer than this are scored a segment at a time (0: one pass)."""
     requery_ratio: float = 0.8
     """The user's last message must keep this share of its tokens, else it is re-appended."""
     requery_max_tokens: int = 1000
@@ -136,6 +139,7 @@ def parse_prefill_table(table: SettingsTable, base: Path) -> PrefillSettings:
     lookahead = table.read(keys.LOOKAHEAD)
     chunk = table.read(keys.CHUNK)
     pool = table.read(keys.POOL)
+    segment = table.read(keys.SEGMENT)
     upstream_url = table.read(keys.UPSTREAM)
     if upstream_url is not None and (problem := _check_upstream_url(upstream_url)):
         raise table.error("upstream", problem, keys.UPSTREAM.fix)
@@ -154,7 +158,7 @@ def parse_prefill_table(table: SettingsTable, base: Path) -> PrefillSettings:
         n_ctx=n_ctx,
         threads=threads,
         n_gpu_layers=gpu,
-        options=CompressOptions(lookahead=lookahead, chunk=chunk, pool=pool),
+        options=CompressOptions(lookahead=lookahead, chunk=chunk, pool=pool, segment=segment),
         upstream=None if upstream_url is None else UpstreamSettings(
             url=upstream_url, key=key, model=upstream_model),
     )

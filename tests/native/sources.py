@@ -28,7 +28,7 @@ def doc_section(number: str) -> str:
     """The text of section ``number`` ("1", "5.1"), up to the next heading at its level or above."""
     level = "###" if "." in number else "##"
     heading = rf"^{level} {re.escape(number)}[. ].*?$"
-    match = re.search(rf"{heading}(.*?)(?=^#{{2,{len(level)}}} )", DOC, re.M | re.S)
+    match = re.search(rf"{heading}(.*?)(?=^#{{2,{len(level)}}} |\Z)", DOC, re.M | re.S)
     assert match, f"PROTOCOL.md has no section {number}"
     return match.group(1)
 

@@ -4,25 +4,31 @@ What equality holds was measured on this CPU build (issue 21 item 3), with logpr
 
 - A sequence run alone on any lane of a ``--parallel N`` daemon gives bit for bit the
   tokens and logprobs of a ``--parallel 1`` daemon, greedy, seeded sampling and grammar
-  alike, on every test model and gemma3 (deviation 0.0): each lane has its own KV
-  stream (engine.cpp: ``kv_unified`` off) and recurrent state, so nothing of one lane
-  reaches another. Those tests compare exactly, with the daemon's defaults.
-- Sequences decoded *together* do not compute bit for bit what they compute alone,
-  under any setting we have: the engine's CPU kernels compute a row differently
-  depending on the other rows of the batch (the exact lane-alone runs rule out state
-  shared between lanes). Measured over 5 prompts and 32
-  greedy tokens: on the F16 test models (qwen3, qwen35, laguna), default settings,
-  logprobs stay within 2.8e-3 of solo ones and tokens agreed; with the F32 KV cache or
-  flash attention off they still differ from the third token on. On gemma3 (Q4_K_M
+  alike, on every test model and gemma3 (deviation 0.0). With ``--kv-unified=off`` that
+  holds by construction (each lane its own KV stream and recurrent state). With the
+  daemon's defaults (one shared KV pool, flash attention ``auto``) it was measured to
+  hold too, the other lanes holding their cells (PROTOCOL.md 9.4 gives the likely
+  reason); those tests compare exactly with the defaults, which is the setting they
+  state.
+- Sequences decoded *together* do not compute bit for bit what they compute alone, under
+  any setting we have: the engine's CPU kernels compute a row differently depending on
+  the other rows of the batch (the exact lane-alone runs rule out state shared between
+  lanes). Measured over 5 prompts and 32 greedy tokens: on the F16 test models (qwen3,
+  qwen35, laguna), default settings with one KV stream per sequence
+  (``--kv-unified=off``, the default before the shared pool), logprobs stay within 2.8e-3 of
+  solo ones and tokens agreed; in the shared pool (the default now) the sequences' cells
+  interleave and the deviation grows (laguna, 48 tokens: 5.1e-3;
+  tests/native/test_preemption.py measures the pool and states its own tolerance), so
+  the tests below that use ``TOL`` run with ``--kv-unified=off``; with the F32 KV cache
+  or flash attention off they still differ from the third token on. On gemma3 (Q4_K_M
   weights, repacked) logprobs moved by up to 2.5 and tokens changed from the first one
   on, with weight repacking off too. So for the F16 models the test asserts what was
-  measured to hold: logprobs within ``TOL / 2``
-  of the solo ones, and greedy tokens equal to the solo ones up to the first position
-  where the solo run's two best tokens are less than ``TOL`` apart (where a rounding
-  may flip them; the test then stops comparing that sequence). Exact equality needs
-  the batch-invariant kernels of ``--deterministic=on``, where
-  tests/native/test_deterministic.py asserts it on every model, gemma3 included. For
-  gemma3 this module checks that every sequence completes.
+  measured to hold: logprobs within ``TOL / 2`` of the solo ones, and greedy tokens
+  equal to the solo ones up to the first position where the solo run's two best tokens
+  are less than ``TOL`` apart (where a rounding may flip them; the test then stops
+  comparing that sequence). Exact equality needs the batch-invariant kernels of
+  ``--deterministic=on``, where tests/native/test_deterministic.py asserts it on every
+  model, gemma3 included. For gemma3 this module checks that every sequence completes.
 """
 
 from __future__ import annotations
@@ -159,18 +165,18 @@ def logprob(word: int) -> float:
 
 
 def assert_near_solo(alone: list[tuple[int, ...]], batched: list[tuple[int, ...]], label: str,
-                     *, greedy: bool) -> None:
-    """The rule of the module docstring: logprobs within TOL / 2 while the tokens agree;
-    a greedy token differs only where the solo run's best two were within TOL."""
+                     *, greedy: bool, tol: float = TOL) -> None:
+    """The rule of the module docstring: logprobs within tol / 2 while the tokens agree;
+    a greedy token differs only where the solo run's best two were within tol."""
     for index, (a, b) in enumerate(zip(alone, batched, strict=False)):
         if a[0] != b[0]:
             gap = logprob(a[3]) - logprob(a[5])
-            assert not greedy or gap < TOL, (
+            assert not greedy or gap < tol, (
                 f"{label}: token {index} is {b[0]} batched, {a[0]} alone, where the best two "
                 f"were {gap:.4f} apart")
             return
         for word in (1, 3, 5):
-            assert abs(logprob(a[word]) - logprob(b[word])) < TOL / 2, f"{label}: token {index}"
+            assert abs(logprob(a[word]) - logprob(b[word])) < tol / 2, f"{label}: token {index}"
     assert len(alone) == len(batched), label
 
 
@@ -220,11 +226,12 @@ def test_a_sequence_alone_on_any_lane_is_exactly_its_solo_run(
 def test_concurrent_sequences_keep_their_solo_tokens(
     spawn: Any, native: Any, test_models: dict[str, Path], role: str, model: str
 ) -> None:
-    # Default numerics; what is compared and why: the module docstring.
+    # Default numerics with one KV stream per sequence (--kv-unified=off), the setting
+    # the tolerance was measured in; what is compared and why: the module docstring.
     lines = mixed_lines()
     expected = solo(spawn, native.binary(role), test_models[model], lines)
     daemon = spawn(native.binary(role), test_models[model], ONE_THREAD, "--chunk=8",
-                   f"--parallel={len(lines)}", "--n-ctx=1024")  # fmt: skip
+                   f"--parallel={len(lines)}", "--n-ctx=1024", "--kv-unified=off")  # fmt: skip
     daemon.ready()
     lanes = Lanes(daemon)
     # All at once, then again with the later ones arriving while the first decode.
@@ -262,7 +269,7 @@ def test_cancel_one_sequence_leaves_the_others_alone(
     lines = [f"generate {ids(p)} {N_GEN} ignore_eos=1 logprobs=2" for p in PROMPTS[:4]]
     expected = solo(spawn, native.binary("qwen35"), model, lines)
     daemon = spawn(native.binary("qwen35"), model, ONE_THREAD, "--chunk=8", "--parallel=4",
-                   "--n-ctx=2048")  # fmt: skip
+                   "--n-ctx=2048", "--kv-unified=off")  # fmt: skip  (the tolerance's setting)
     daemon.ready()
     lanes = Lanes(daemon)
     long_line = f"generate {ids(PROMPTS[2])} 400 ignore_eos=1"
@@ -302,7 +309,9 @@ def test_protocol_2_errors_and_waiting_commands(
     assert daemon.err(lanes.command(f"generate {prompt} 4 seq=x")) == "bad_seq"
     assert daemon.err(lanes.command("cancel 7")) == "bad_seq"
     assert daemon.err(lanes.command("snapshot 0 seq=0")) == "seq_busy"
-    assert daemon.err(lanes.command(f"generate {prompt} 300 seq=1")) == "context_overflow"
+    # One sequence may fill the whole pool of 512 cells, no more (--kv-unified=off: 256).
+    overflow = lanes.command(f"generate {prompt} 600 seq=1")
+    assert daemon.err(overflow) == "context_overflow" and "n_ctx_seq=512 (the pool)" in overflow
     # Refused protocol 2 lines write nothing to the stream; alongside commands answer now.
     assert lanes.command("stats").startswith("ok stats ")
     assert lanes.command("detokenize ids:9707").startswith("ok detokenize ")

@@ -68,6 +68,24 @@ def test_keep_ratio_in_chunk_units(keep: int, chunk: int, pflash: Any) -> None:
         assert kept == PROMPT
 
 
+def test_a_prompt_within_one_segment_is_scored_in_one_pass(pflash: Any) -> None:
+    one_pass, _ = pflash.stream_command(f"compress {INLINE} 250")
+    for segment in (0, N_PROMPT - 8, 100_000):  # 8: the lookahead queries are not scored
+        kept, _ = pflash.stream_command(f"compress {INLINE} 250 segment={segment}")
+        assert kept == one_pass, segment
+
+
+@pytest.mark.parametrize("segment", [1, 64, 100])
+def test_segmented_scoring_keeps_whole_chunks_deterministically(segment: int, pflash: Any) -> None:
+    kept, reply = pflash.stream_command(f"compress {INLINE} 250 segment={segment}")
+    pflash.ok(reply, "compress")
+    chunks = kept_chunks(kept, 32)
+    assert chunks[0] == 0 and chunks[-1] == (N_PROMPT + 31) // 32 - 1
+    assert abs(len(kept) - N_PROMPT * 0.25) <= 32
+    again, _ = pflash.stream_command(f"compress {INLINE} 250 segment={segment}")
+    assert again == kept
+
+
 def test_tiny_prompts(pflash: Any) -> None:
     kept, _ = pflash.stream_command("compress ids:7 1")
     assert kept == [7]
@@ -99,6 +117,7 @@ def test_token_file_input(pflash: Any, tmp_path: Path) -> None:
         ("compress ids:1,2 100 lookahead=0", "bad_args"),
         ("compress ids:1,2 100 chunk=0", "bad_args"),
         ("compress ids:1,2 100 pool=-3", "bad_args"),
+        ("compress ids:1,2 100 segment=-1", "bad_args"),
         ("compress ids:1,2 100 window=3", "bad_args"),
         ("compress /nonexistent/prompt.ids 100", "bad_token_file"),
     ],
@@ -160,9 +179,11 @@ def contains(haystack: list[int], needle: list[int]) -> bool:
     )
 
 
+@pytest.mark.parametrize("segment", [0, 512])
 def test_the_needle_survives_a_keep_ratio_of_one_fifth(
-    spawn: Any, native: Any, default_model: Path, tmp_path: Path
+    segment: int, spawn: Any, native: Any, default_model: Path, tmp_path: Path
 ) -> None:
+    """In one pass and in three segments of 512 tokens (the needle sits in the middle one)."""
     daemon = spawn(native.binary("pflash"), default_model, "--n-ctx=2048")
     assert daemon.ready()["arch"] == "gemma3"
     rng = random.Random(0)
@@ -175,7 +196,7 @@ def test_the_needle_survives_a_keep_ratio_of_one_fifth(
     path = tmp_path / "haystack.ids"
     path.write_bytes(struct.pack(f"<{len(prompt)}i", *prompt))
 
-    kept, reply = daemon.stream_command(f"compress {path} 200", timeout=300)
+    kept, reply = daemon.stream_command(f"compress {path} 200 segment={segment}", timeout=300)
     fields = daemon.ok(reply, "compress")
     assert int(fields["n_out"]) == len(kept) <= 0.2 * len(prompt) + 32
     assert contains(kept, needle), "the needle did not survive compression"

@@ -14,7 +14,14 @@ import re
 
 from daemons.roles import DEFAULT_SLOTS, ROLES
 from orchestrator.config._keys import ModelKeys
-from protocol import MAX_LOGPROBS, MAX_PARALLEL, PROTOCOL_VERSION, ErrorCode
+from protocol import (
+    CHANNEL_ALIVE_LINE,
+    CHANNEL_STREAM_WORD,
+    MAX_LOGPROBS,
+    MAX_PARALLEL,
+    PROTOCOL_VERSION,
+    ErrorCode,
+)
 from tests.native import sources
 
 
@@ -85,3 +92,16 @@ def test_protocol_constants() -> None:
     assert int(slots) == DEFAULT_SLOTS == native["kDefaultSlots"]
     parallel = re.findall(r"`1\.\.(\d+)`", sources.doc_flag_row("--parallel")[2])
     assert [int(p) for p in parallel] == [MAX_PARALLEL] == [native["kMaxParallel"]]
+
+
+def test_one_channel_units() -> None:
+    text = sources.native_source("wire/constants.h")
+    words = dict(re.findall(r'constexpr const char \* (kChannel\w+) = "([^"]*)";', text))
+    assert words == {"kChannelStreamWord": CHANNEL_STREAM_WORD,
+                     "kChannelAliveLine": CHANNEL_ALIVE_LINE}
+    units = sources.doc_table(sources.doc_section("10"), "unit")
+    cells = {row[0]: sources.ticked(row[1])[0] for row in units}
+    assert cells["stream frame"] == f"{CHANNEL_STREAM_WORD} N\\n"
+    assert cells["keep-alive"] == f"{CHANNEL_ALIVE_LINE}\\n"
+    keepalive = sources.doc_flag_row("--keepalive-ms")[1]
+    assert int(keepalive) == sources.native_constants()["kDefaultKeepaliveMs"]

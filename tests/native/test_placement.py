@@ -153,11 +153,11 @@ def test_experts_in_host_is_a_laguna_flag(spawn: Any, native: Any, default_model
     assert daemon.wait() == 2
 
 
-def test_an_rpc_server_that_does_not_answer_is_load_failed(
+def test_an_rpc_server_that_does_not_answer_is_rpc_failed(
     spawn: Any, native: Any, test_models: dict[str, Path]
 ) -> None:
     # The engine's RPC client aborts the process on a dead endpoint; we must not.
     daemon = spawn(native.binary("laguna"), test_models["laguna"], f"--rpc=127.0.0.1:{free_port()}")
     line = daemon.readline()
-    assert daemon.err(line) == "load_failed" and "does not accept connections" in line
-    assert daemon.wait() == 3
+    assert daemon.err(line) == "rpc_failed" and "does not accept connections" in line
+    assert daemon.wait() == 5

@@ -44,10 +44,12 @@ def config(path: Path, test_models: dict[str, Path]) -> Path:
     tables = []
     for name, gguf in models.items():
         draft = f'draft = "{test_models["dflash"]}"\n' if name.endswith("-draft") else ""
+        # parallel = 1: with the prefix cache off (the uncached server) the default would
+        # batch (docs/batching.md); both servers decode one request at a time here.
         tables.append(f'[[models]]\nname = "{name}"\npath = "{gguf}"\nn_ctx = 2048\nthreads = 1\n'
-                      f'chunk = 64\ndeterministic = true\n{draft}')
+                      f'chunk = 64\nparallel = 1\ndeterministic = true\n{draft}')
     tables.append('[[models]]\nname = "gemma3-270m"\npath = "default"\nn_ctx = 2048\n'
-                  'threads = 1\nchunk = 64\n')
+                  'threads = 1\nchunk = 64\nparallel = 1\n')
     path.write_text("\n".join(tables))
     return path
 

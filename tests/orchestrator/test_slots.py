@@ -33,7 +33,7 @@ from orchestrator.scheduler import RequestQueue
 from tests.conftest import LucernaServer
 
 PARALLEL = 4
-N_CTX = 1024  # 256 tokens per slot
+N_CTX = 256  # per slot: the daemon holds N_CTX * PARALLEL tokens in one pool
 MODEL = "qwen3"
 # Nats: batched logprobs were measured within 2.8e-3 of solo ones on the F16 test models.
 TOL = 0.01
@@ -55,7 +55,7 @@ def slots_server(
     srv = LucernaServer(tmp_path_factory.mktemp("slots") / "serve.log",
                         "--model", str(test_models["qwen3"]), "--model-name", MODEL,
                         "--n-ctx", str(N_CTX), "--parallel", str(PARALLEL),
-                        "--queue-limit", "8")
+                        "--queue-limit", "8", "--max-output-tokens", "400")
     try:
         srv.wait_healthy()
         yield srv
@@ -125,7 +125,8 @@ async def test_concurrent_requests_keep_their_solo_text(slots_server: LucernaSer
     async with httpx.AsyncClient(base_url=slots_server.base_url) as client:
         props = (await client.get("/props")).json()
         assert props["parallel"] == PARALLEL and props["total_slots"] == PARALLEL
-        assert props["n_ctx"] == N_CTX // PARALLEL
+        assert props["n_ctx"] == N_CTX
+        assert props["parallel_choice"]["source"] == "configured"
         status = (await client.get("/status")).json()["models"][MODEL]
         assert status["parallel"] == PARALLEL
         solo = await solo_runs(client)
@@ -144,6 +145,34 @@ async def test_concurrent_requests_keep_their_solo_text(slots_server: LucernaSer
             assert_near_solo(solo[index], together[index], prompt)
         status = (await client.get("/status")).json()["models"][MODEL]
         assert status["queue"]["running"] == 0 and status["queue"]["waiting"] == 0
+
+
+async def test_requests_past_n_ctx_share_the_pool_and_all_complete(
+        slots_server: LucernaServer) -> None:
+    # Each request holds more than the N_CTX it is promised, together more than the pool
+    # (N_CTX x PARALLEL): the daemon preempts (PROTOCOL.md 9.6) and every one completes.
+    # Tokens are not compared: over this many tokens in a fragmented pool the batched
+    # rounding drifts past test_batching's tolerance (tests/native/test_preemption.py
+    # compares them over fewer tokens).
+    long = N_CTX + 60
+    async with httpx.AsyncClient(base_url=slots_server.base_url) as client:
+        props = (await client.get("/props")).json()
+        assert props["n_ctx_request_max"] == N_CTX * PARALLEL
+        results: list[dict[str, Any]] = [{}] * PARALLEL
+
+        async def run(index: int) -> None:
+            response = await client.post("/v1/completions", timeout=300, json={
+                "model": MODEL, "prompt": PROMPTS[index], "max_tokens": long,
+                "temperature": 0})
+            assert response.status_code == 200, response.text
+            results[index] = response.json()
+
+        async with trio.open_nursery() as nursery:
+            for index in range(PARALLEL):
+                nursery.start_soon(run, index)
+        for result in results:
+            assert result["usage"]["completion_tokens"] == long, result["usage"]
+            assert result["choices"][0]["finish_reason"] == "length"
 
 
 async def test_a_disconnect_cancels_only_its_request(slots_server: LucernaServer) -> None:

@@ -77,6 +77,17 @@ CONTRACT = {
     "parse_daemon_line",
     "encode_seq_record",
     "encode_seq_end",
+    # One channel: stream bytes and replies on stdout (PROTOCOL.md 10).
+    "CHANNEL_STREAM_WORD",
+    "CHANNEL_ALIVE_LINE",
+    "ChannelReader",
+    "ChannelLine",
+    "ChannelStream",
+    "ChannelAlive",
+    "ChannelUnit",
+    "ChannelFramingError",
+    "encode_stream_frame",
+    "encode_alive",
 }
 
 ADDITIONS = {

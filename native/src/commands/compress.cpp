@@ -1,4 +1,4 @@
-// compress <ids> <keep_x1000> [lookahead=N] [chunk=N] [pool=N]
+// compress <ids> <keep_x1000> [lookahead=N] [chunk=N] [pool=N] [segment=N]
 //
 // Scores the prompt with the drafter's attention (engine/attention_scores.h), keeps the
 // best chunks (select_kept_tokens) and writes the kept ids to the stream in order.
@@ -17,7 +17,8 @@
 namespace lucerna {
 namespace {
 
-const char * const kUsage = "compress <ids:...|path> <keep_x1000 1..1000> [lookahead=N] [chunk=N] [pool=N]";
+const char * const kUsage =
+    "compress <ids:...|path> <keep_x1000 1..1000> [lookahead=N] [chunk=N] [pool=N] [segment=N]";
 
 // The final micro-batch holds every lookahead query; beyond this it stops being a
 // "look ahead" and the scoring context's batch grows with it.
@@ -26,6 +27,7 @@ constexpr int64_t kMaxLookahead = 1024;
 struct CompressRequest {
     std::vector<int32_t> prompt;
     int32_t lookahead = 8;
+    int32_t segment = 0;  // 0: the whole prompt in one pass
     ChunkSelection selection;
 };
 
@@ -33,7 +35,7 @@ struct CompressRequest {
 // range, context size.
 CompressRequest parse_request(const Session & session, const CommandLine & cmd) {
     cmd.expect_positional(2, kUsage);
-    cmd.check_options({"lookahead", "chunk", "pool"}, kUsage);
+    cmd.check_options({"lookahead", "chunk", "pool", "segment"}, kUsage);
     CompressRequest req;
     constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
     req.selection.keep_x1000 = static_cast<int32_t>(parse_int("keep_x1000", cmd.positional[1], 1, 1000));
@@ -44,6 +46,8 @@ CompressRequest parse_request(const Session & session, const CommandLine & cmd) 
             req.selection.chunk = static_cast<int32_t>(parse_int("chunk", value, 1, kI32Max));
         } else if (key == "pool") {
             req.selection.pool = static_cast<int32_t>(parse_int("pool", value, 1, kI32Max));
+        } else if (key == "segment") {
+            req.segment = static_cast<int32_t>(parse_int("segment", value, 0, kI32Max));
         }
     }
     req.prompt = read_token_ref(cmd.positional[0]);
@@ -137,7 +141,8 @@ std::string handle_compress(Session & session, const CommandLine & cmd) {
     const auto started = std::chrono::steady_clock::now();
     const CompressRequest req = parse_request(session, cmd);
     const AttentionScores scores =
-        score_prompt_attention(session.engine.model.get(), req.prompt, req.lookahead, session.opts.n_threads);
+        score_prompt_attention(session.engine.model.get(), req.prompt, req.lookahead, req.segment,
+                               session.opts.n_threads);
     const std::vector<int32_t> kept = select_kept_tokens(scores.per_token, req.selection);
 
     std::vector<int32_t> ids;
@@ -149,8 +154,9 @@ std::string handle_compress(Session & session, const CommandLine & cmd) {
         throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    log_line("compress: %zu -> %zu tokens in %.1f ms (%d layers scored, %d queries, %s prefill)", req.prompt.size(),
-             ids.size(), ms, scores.layers_used, scores.n_query, scores.flash_prefill ? "flash-attention" : "plain");
+    log_line("compress: %zu -> %zu tokens in %.1f ms (%d layers scored, %d queries, %d segments, %s prefill)",
+             req.prompt.size(), ids.size(), ms, scores.layers_used, scores.n_query, scores.n_segments,
+             scores.flash_prefill ? "flash-attention" : "plain");
     return OkReply("compress")
         .add("n_in", static_cast<int64_t>(req.prompt.size()))
         .add("n_out", static_cast<int64_t>(ids.size()))

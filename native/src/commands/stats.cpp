@@ -32,6 +32,8 @@ std::vector<StatField> stat_fields(const Session & session) {
         i("tokens_prompt", static_cast<int64_t>(st.tokens_prompt)),
         i("tokens_generated", static_cast<int64_t>(st.tokens_generated)),
         i("cancelled", static_cast<int64_t>(st.cancelled)),
+        i("preempted", static_cast<int64_t>(st.preempted)),
+        i("shared_prefixes", static_cast<int64_t>(st.shared_prefixes)),
         i("rss_kb", resident_set_kb()),
         r("uptime_s", uptime_s),
         i("parked", session.parked ? 1 : 0),

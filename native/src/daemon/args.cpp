@@ -56,6 +56,17 @@ const Flag kFlags[] = {
              throw ProtocolError(ErrorCode::kBadFlag, "--stream-fd=" + value + " is not an open file descriptor");
          }
      }},
+    {"--channel",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "fds" && value != "stdout") {
+             throw ProtocolError(ErrorCode::kBadFlag, "--channel=" + value + " must be fds or stdout");
+         }
+         opts.one_channel = value == "stdout";
+     }},
+    {"--keepalive-ms",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.keepalive_ms = static_cast<int32_t>(flag_int(flag, value, 0, 3600 * 1000));
+     }},
     {"--n-ctx",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          opts.n_ctx = static_cast<int32_t>(flag_int(flag, value, 1, kI32Max));
@@ -83,6 +94,13 @@ const Flag kFlags[] = {
     {"--parallel",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          opts.parallel = static_cast<int32_t>(flag_int(flag, value, 1, kMaxParallel));
+     }},
+    {"--kv-unified",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "on" && value != "off") {
+             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be on or off");
+         }
+         opts.kv_split = value == "off";
      }},
     {"--max-line",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
@@ -142,6 +160,10 @@ const Flag kFlags[] = {
                              DaemonOptions & opts) { parse_placement_flag(flag, value, opts.placement); }},
     {"--rpc-listen", [](const std::string & flag, const std::string & value,
                         DaemonOptions & opts) { parse_placement_flag(flag, value, opts.placement); }},
+    {"--rpc-timeout-ms",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.placement.rpc_timeout_ms = static_cast<int32_t>(flag_int(flag, value, 100, 3600 * 1000));
+     }},
 };
 
 const FlagSetter * find_flag(const std::string & name) {
@@ -207,6 +229,15 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
     }
     if (opts.draft_block_size != 0 && !opts.speculative()) {
         throw ProtocolError(ErrorCode::kBadFlag, "--draft-block-size only applies with --draft or --draft-oracle");
+    }
+    if (opts.one_channel && opts.stream_fd >= 0) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--channel=stdout carries the stream on stdout; drop --stream-fd");
+    }
+    if (opts.deterministic && opts.parallel > 1 && !opts.kv_split) {
+        // In the shared pool a sequence's cells sit wherever there is room, so attention
+        // could visit them in another order than a solo run: one stream per sequence.
+        throw ProtocolError(ErrorCode::kBadFlag, "--deterministic=on with --parallel above 1 needs --kv-unified=off "
+                                                 "(one KV stream per sequence, its cells in solo order)");
     }
     if (opts.n_threads == 0) {
         opts.n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));

@@ -13,6 +13,10 @@ namespace {
 // As generate.cpp: besides marks and the prompt's end, a checkpoint every this many
 // chunks of a long prefill.
 constexpr int64_t kCheckpointEveryChunks = 8;
+// A preempted sequence resumes when the pool has room for its state, its next step and
+// this many steps of every decoding sequence: without the headroom it would often be
+// preempted again by the very next step, paying a snapshot round trip each time.
+constexpr int64_t kResumeHeadroomSteps = 16;
 
 double ms_since(std::chrono::steady_clock::time_point since) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
@@ -34,7 +38,13 @@ struct BatchScheduler::Running {
     bool ended = false;          // finished or failed this step
     bool snapped = false;
     llama_token pending = 0;     // the token this step decodes
-    int32_t row = -1;            // its (or its chunk's last) batch index; -1: not in this step
+    bool has_pending = false;    // `pending` was picked and written, not yet decoded
+    bool in_step = false;        // it has tokens in this step's batch
+    // Preempted (the pool ran short): its state is in host memory (`parked`; null when it
+    // prefills again from its first token) and its lane empty until it resumes.
+    bool preempted = false;
+    std::unique_ptr<Snapshot> parked;
+    int32_t row = -1;            // its (or its chunk's last) batch index
     std::chrono::steady_clock::time_point t_admit;
     std::chrono::steady_clock::time_point t_decode;
     double prefill_ms = 0.0;
@@ -84,6 +94,7 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
     } else if (q.reuse) {
         const int32_t limit = q.snap_pos != 0 ? q.snap_pos - 1 : r->n_prompt();
         r->reused = reuse_prefix(ctx, live, session_.snapshots, q.prompt, limit, nullptr, lane);
+        share_from_other_lane(*r, limit);
     } else {
         clear_sequence(ctx, lane);
         live.clear();
@@ -100,6 +111,31 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
         finish_prefill(*r);
     }
     running_.push_back(std::move(r));
+}
+
+void BatchScheduler::share_from_other_lane(Running & r, int32_t limit) {
+    llama_context * ctx = session_.engine.context.get();
+    const llama_model * model = session_.engine.model.get();
+    const int32_t lane = r.lane();
+    ReusedPrefix best;
+    int32_t from = -1;
+    for (size_t other = 0; other < session_.lanes.size(); ++other) {
+        if (static_cast<int32_t>(other) == lane) {
+            continue;
+        }
+        const ReusedPrefix offer = prefix_offer(model, session_.lanes[other], r.req.prompt, limit);
+        if (offer.n_tokens > best.n_tokens) {
+            best = offer;
+            from = static_cast<int32_t>(other);
+        }
+    }
+    if (best.n_tokens <= r.reused.n_tokens) {
+        return;  // its own sequence holds as much (or the others nothing)
+    }
+    share_prefix(ctx, session_.lanes[static_cast<size_t>(lane)], lane, session_.lanes[static_cast<size_t>(from)],
+                 from, best);
+    r.reused = best;
+    ++session_.stats.shared_prefixes;
 }
 
 void BatchScheduler::finish_prefill(Running & r) {
@@ -175,6 +211,122 @@ std::string BatchScheduler::run_speculative(Running & r) {
     return "done " + std::to_string(r.lane()) + " " + line;
 }
 
+bool BatchScheduler::before_preempted(const Running & r) const {
+    for (const auto & other : running_) {
+        if (other.get() == &r) {
+            return true;
+        }
+        if (other->preempted) {
+            return false;
+        }
+    }
+    return true;
+}
+
+int64_t BatchScheduler::cells_held() const {
+    int64_t held = 0;
+    for (const LiveSequence & lane : session_.lanes) {
+        held += lane.size();
+    }
+    return held;
+}
+
+void BatchScheduler::preempt(Running & r) {
+    llama_context * ctx = session_.engine.context.get();
+    const int32_t lane = r.lane();
+    LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
+    if (!live.empty() && live.has_logits()) {
+        r.parked = capture_snapshot(ctx, live, session_.engine.n_vocab, nullptr, lane);
+    } else {
+        // Nothing decoded yet, or cut back by prefix reuse and not decoded since (no
+        // logits to snapshot): it prefills again from its first token, in the chunks a
+        // solo run cuts.
+        r.reused = {};
+        r.pos = 0;
+    }
+    clear_sequence(ctx, lane);
+    live.clear();
+    r.preempted = true;
+    r.in_step = false;
+    ++session_.stats.preempted;
+}
+
+bool BatchScheduler::evict_idle_lane() {
+    for (size_t lane = 0; lane < session_.lanes.size(); ++lane) {
+        if (!lane_busy(static_cast<int32_t>(lane)) && !session_.lanes[lane].empty()) {
+            clear_sequence(session_.engine.context.get(), static_cast<llama_seq_id>(lane));
+            session_.lanes[lane].clear();
+            return true;
+        }
+    }
+    return false;
+}
+
+bool BatchScheduler::make_room(std::vector<std::string> & done) {
+    // First what no generation needs: the state an idle sequence keeps for prefix reuse.
+    if (evict_idle_lane()) {
+        return true;
+    }
+    // Then the youngest generation that holds cells or wants some, never the oldest: it
+    // always advances, so every preempted one gets its turn when the others end.
+    std::vector<Running *> holders;
+    for (const auto & r : running_) {
+        if (!r->preempted && !r->ended &&
+            (r->in_step || !session_.lanes[static_cast<size_t>(r->lane())].empty())) {
+            holders.push_back(r.get());
+        }
+    }
+    if (holders.size() < 2) {
+        return false;
+    }
+    Running & victim = *holders.back();
+    try {
+        preempt(victim);
+    } catch (const ProtocolError & error) {
+        // Its state could not be copied out (host memory): it fails, which frees its cells.
+        done.push_back(fail(victim, error.code(), error.what()));
+    }
+    return true;
+}
+
+void BatchScheduler::resume_preempted() {
+    llama_context * ctx = session_.engine.context.get();
+    const int64_t n_chunk = std::max(1, session_.engine.n_chunk);
+    int64_t decoding = 0;
+    for (const auto & r : running_) {
+        decoding += !r->preempted && !r->ended && r->decoding ? 1 : 0;
+    }
+    for (const auto & r : running_) {
+        if (!r->preempted || r->ended) {
+            continue;
+        }
+        // Room for its state, its next step, and a few steps of the running ones, so that
+        // it is not preempted again at once.
+        const int64_t state = r->parked ? static_cast<int64_t>(r->parked->tokens.size()) : 0;
+        const int64_t next = r->decoding ? 1 : std::min<int64_t>(n_chunk, r->n_prompt() - r->pos);
+        const int64_t need = state + next + decoding * kResumeHeadroomSteps;
+        while (session_.engine.n_ctx - cells_held() < need) {
+            if (!evict_idle_lane()) {
+                return;  // first come, first served: younger ones wait behind it
+            }
+        }
+        LiveSequence & live = session_.lanes[static_cast<size_t>(r->lane())];
+        if (r->parked) {
+            try {
+                load_snapshot(ctx, *r->parked, live, nullptr, r->lane());
+            } catch (const ProtocolError &) {
+                return;  // no room after all: it stays parked, the lane empty
+            }
+            r->parked.reset();
+        } else {
+            clear_sequence(ctx, r->lane());
+            live.clear();
+        }
+        r->preempted = false;
+        decoding += r->decoding ? 1 : 0;
+    }
+}
+
 std::vector<std::string> BatchScheduler::step() {
     std::vector<std::string> done;
     auto reap = [&] {
@@ -197,33 +349,47 @@ std::vector<std::string> BatchScheduler::step() {
     LoadedModel & engine = session_.engine;
     llama_context * ctx = engine.context.get();
     const auto n_chunk = static_cast<int64_t>(std::max(1, engine.n_chunk));
-    batch_.clear();
+    resume_preempted();
 
-    // Every decoding sequence picks its next token from its own logits.
+    // Every decoding sequence picks its next token from its own logits, unless it picked
+    // one before it was preempted and has not decoded it yet.
     for (const auto & r : running_) {
         r->row = -1;
+        r->in_step = false;
+        if (r->preempted) {
+            if (r->emitter->cancelled()) {
+                r->emitter->cancel();
+                r->parked.reset();
+                done.push_back(finish(*r));
+            }
+            continue;
+        }
         if (!r->decoding) {
             continue;
         }
-        LiveSequence & live = session_.lanes[static_cast<size_t>(r->lane())];
-        try {
-            const float * logits = live.last_logits(ctx);
-            const std::optional<llama_token> picked = r->picker->pick(logits);
-            if (!r->emitter->emit(picked, logits)) {
-                done.push_back(finish(*r));
+        if (!r->has_pending) {
+            LiveSequence & live = session_.lanes[static_cast<size_t>(r->lane())];
+            try {
+                const float * logits = live.last_logits(ctx);
+                const std::optional<llama_token> picked = r->picker->pick(logits);
+                if (!r->emitter->emit(picked, logits)) {
+                    done.push_back(finish(*r));
+                    continue;
+                }
+                r->pending = *picked;
+                r->has_pending = true;
+            } catch (const ProtocolError & error) {
+                done.push_back(fail(*r, error.code(), error.what()));
                 continue;
             }
-            r->pending = *picked;
-            r->row = batch_.size();
-            batch_.add(r->pending, live.size(), /*want_logits =*/true, r->lane());
-        } catch (const ProtocolError & error) {
-            done.push_back(fail(*r, error.code(), error.what()));
         }
+        r->in_step = true;
     }
-    // Then prompt chunks, oldest first, within one chunk's worth of tokens.
+    // Then prompt chunks, oldest first, within one chunk's worth of tokens; none for a
+    // sequence that came after one still preempted.
     int64_t budget = n_chunk;
     for (const auto & r : running_) {
-        if (r->decoding || r->ended) {
+        if (r->decoding || r->ended || r->preempted) {
             continue;
         }
         if (r->emitter->cancelled()) {
@@ -231,67 +397,98 @@ std::vector<std::string> BatchScheduler::step() {
             done.push_back(finish(*r));
             continue;
         }
+        if (!before_preempted(*r)) {
+            break;
+        }
         const int32_t end = prefill_chunk_end(r->req, r->pos, n_chunk);
         if (end - r->pos > budget) {
             break;  // first come, first served: later prompts wait for the next step
         }
-        for (int32_t i = r->pos; i < end; ++i) {
-            // As in a solo run, every chunk outputs its last position (generate.cpp).
-            batch_.add(r->req.prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == end - 1, r->lane());
-        }
         r->chunk_end = end;
-        r->row = batch_.size() - 1;
+        r->in_step = true;
         budget -= end - r->pos;
     }
-    if (batch_.size() > 0) {
-        // Lanes outside this step keep their logits (the decode overwrites the engine's).
-        for (size_t lane = 0; lane < session_.lanes.size(); ++lane) {
-            const bool stepping = std::any_of(running_.begin(), running_.end(), [lane](const auto & r) {
-                return r->row >= 0 && r->lane() == static_cast<int32_t>(lane);
-            });
-            if (!stepping) {
-                session_.lanes[lane].keep_logits(ctx, engine.n_vocab);
-            }
+    // Lanes outside this step keep their logits (the decode overwrites the engine's);
+    // a failed decode (no room in the pool) leaves the engine's outputs as they were.
+    for (size_t lane = 0; lane < session_.lanes.size(); ++lane) {
+        const bool stepping = std::any_of(running_.begin(), running_.end(), [lane](const auto & r) {
+            return r->in_step && r->lane() == static_cast<int32_t>(lane);
+        });
+        if (!stepping) {
+            session_.lanes[lane].keep_logits(ctx, engine.n_vocab);
         }
-        const int32_t rc = llama_decode(ctx, batch_.get());
+    }
+    int32_t rc = 0;
+    while (true) {
+        batch_.clear();
         for (const auto & r : running_) {
-            if (r->row < 0 || r->ended) {
+            if (!r->in_step || r->ended) {
                 continue;
             }
-            if (rc != 0) {
-                done.push_back(fail(*r, ErrorCode::kDecodeFailed,
-                                    "llama_decode failed during a batched step (code " + std::to_string(rc) + ")"));
-                continue;
-            }
-            const int32_t lane = r->lane();
-            LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
             if (r->decoding) {
-                live.decoded(&r->pending, 1, r->row);
+                r->row = batch_.size();
+                batch_.add(r->pending, session_.lanes[static_cast<size_t>(r->lane())].size(), /*want_logits =*/true,
+                           r->lane());
                 continue;
             }
-            try {
-                const int32_t pos = r->pos;
-                const int32_t end = r->chunk_end;
-                live.decoded(r->req.prompt.data() + pos, static_cast<size_t>(end - pos), r->row);
-                session_.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
-                r->pos = end;
-                if (end % n_chunk == 0 || is_mark(r->req, end)) {
-                    canonicalize_window_cells(ctx, lane);
-                }
-                if (r->req.reuse &&
-                    (is_mark(r->req, end) || end == r->n_prompt() || end % (kCheckpointEveryChunks * n_chunk) == 0)) {
-                    capture_checkpoint(ctx, live, engine.n_vocab, lane);
-                }
-                if (end == r->req.snap_pos) {
-                    session_.snapshots.put(r->req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, nullptr, lane));
-                    r->snapped = true;
-                }
-                if (end == r->n_prompt()) {
-                    finish_prefill(*r);
-                }
-            } catch (const ProtocolError & error) {
-                done.push_back(fail(*r, error.code(), error.what()));
+            for (int32_t i = r->pos; i < r->chunk_end; ++i) {
+                // As in a solo run, every chunk outputs its last position (generate.cpp).
+                batch_.add(r->req.prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == r->chunk_end - 1,
+                           r->lane());
             }
+            r->row = batch_.size() - 1;
+        }
+        if (batch_.size() == 0) {
+            break;
+        }
+        rc = llama_decode(ctx, batch_.get());
+        if (rc != 1) {
+            break;
+        }
+        // The pool has no room for this step: free some (make_room) and build it again.
+        if (!make_room(done)) {
+            break;
+        }
+    }
+    for (const auto & r : running_) {
+        if (!r->in_step || r->ended || batch_.size() == 0) {
+            continue;
+        }
+        if (rc != 0) {
+            done.push_back(fail(*r, ErrorCode::kDecodeFailed,
+                                rc == 1 ? "the KV pool has no room even for the oldest sequence alone"
+                                        : "llama_decode failed during a batched step (code " + std::to_string(rc) + ")"));
+            continue;
+        }
+        const int32_t lane = r->lane();
+        LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
+        if (r->decoding) {
+            live.decoded(&r->pending, 1, r->row);
+            r->has_pending = false;
+            continue;
+        }
+        try {
+            const int32_t pos = r->pos;
+            const int32_t end = r->chunk_end;
+            live.decoded(r->req.prompt.data() + pos, static_cast<size_t>(end - pos), r->row);
+            session_.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
+            r->pos = end;
+            if (end % n_chunk == 0 || is_mark(r->req, end)) {
+                canonicalize_window_cells(ctx, lane);
+            }
+            if (r->req.reuse &&
+                (is_mark(r->req, end) || end == r->n_prompt() || end % (kCheckpointEveryChunks * n_chunk) == 0)) {
+                capture_checkpoint(ctx, live, engine.n_vocab, lane);
+            }
+            if (end == r->req.snap_pos) {
+                session_.snapshots.put(r->req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, nullptr, lane));
+                r->snapped = true;
+            }
+            if (end == r->n_prompt()) {
+                finish_prefill(*r);
+            }
+        } catch (const ProtocolError & error) {
+            done.push_back(fail(*r, error.code(), error.what()));
         }
     }
     reap();

@@ -9,6 +9,17 @@
 // exactly where a solo run cuts them (prefill_chunk_end), so a sequence's state does not
 // depend on which others shared its steps as far as the engine's kernels allow (9.4).
 //
+// The sequences share one KV pool (engine.cpp). When a step finds no room in it
+// (llama_decode returns 1), the scheduler frees some and builds the step again: first
+// the state idle sequences keep for prefix reuse, then it preempts the youngest
+// generation: its sequence state (KV cells and recurrent state, with the logits of its
+// last position) is copied to host memory and its cells freed. The oldest generation is
+// never preempted, so one always advances. A preempted generation resumes, oldest
+// first, when the pool has room for it again (its snapshot loaded back, any token it
+// had picked and written decoded first); until then no generation admitted after it
+// starts its prefill. Nothing written is taken back and nothing is dropped; its summary
+// is as if it had run unbroken (PROTOCOL.md 9.6).
+//
 // The main loop (daemon.cpp) runs a step whenever generations are running and no
 // command is waiting; commands that may run alongside are answered between steps.
 #pragma once
@@ -52,12 +63,31 @@ public:
 private:
     struct Running;
 
+    // Shared prefix: when another sequence holds a longer prefix of r's prompt than r's
+    // own sequence kept (its live tokens, or for a hybrid or sliding-window model one of
+    // its checkpoints), r's sequence takes it from there (engine/prefix_reuse.h
+    // share_prefix): concurrent conversations with one system prompt prefill it once
+    // and hold its attention KV once (PROTOCOL.md 9.7).
+    void share_from_other_lane(Running & r, int32_t limit);
     void finish_prefill(Running & r);
     // Writes the end record and returns the done line; releases the lane.
     std::string finish(Running & r);
     std::string fail(Running & r, ErrorCode code, const std::string & detail);
     // A speculative daemon serves one sequence (--parallel 1): its generation runs whole.
     std::string run_speculative(Running & r);
+    // Preemption (above): frees room in the pool for the step; false when nothing can be
+    // freed. A victim whose state cannot be copied out fails instead (its done line goes
+    // to `done`), which frees its cells too.
+    bool make_room(std::vector<std::string> & done);
+    void preempt(Running & r);
+    // Empties one sequence that no generation runs on (its state kept for prefix reuse);
+    // false when there is none.
+    bool evict_idle_lane();
+    void resume_preempted();
+    // Whether no generation admitted before `r` is preempted.
+    bool before_preempted(const Running & r) const;
+    // KV cells the sequences hold (one per token of each lane's live sequence).
+    int64_t cells_held() const;
 
     Session & session_;
     Batch batch_;

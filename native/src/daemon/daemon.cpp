@@ -14,6 +14,7 @@
 #include "daemon/args.h"
 #include "daemon/batch_scheduler.h"
 #include "daemon/command_queue.h"
+#include "daemon/keepalive.h"
 #include "daemon/placement_flags.h"
 #include "daemon/session.h"
 #include "daemon/signals.h"
@@ -253,6 +254,9 @@ int run_daemon(Role role, int argc, char ** argv) {
     } catch (const ProtocolError & error) {
         return fail_startup(out, error);
     }
+    // Before loading, which takes long; destroyed after the command loop and the engine
+    // and before `out`.
+    const KeepAlive keepalive(out, opts.one_channel ? opts.keepalive_ms : 0);
 
     BackendGuard backend;
     LoadedModel engine;
@@ -280,7 +284,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     if (role == Role::kDs4Shard) {
         try {
             rpc = RpcServer::start(opts.placement.rpc_listen.value_or(PlacementOptions::kDefaultRpcListen),
-                                   shard_device(), opts.n_threads);
+                                   shard_device(), opts.n_threads, opts.placement.rpc_timeout_ms);
         } catch (const ProtocolError & error) {
             return fail_startup(out, error);
         }
@@ -295,7 +299,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     log_line("ready: %s (%s, %s, n_ctx=%d)", opts.model_path.c_str(), arch.c_str(), engine.backend.c_str(),
              engine.n_ctx);
 
-    TokenStream stream(opts.stream_fd);
+    TokenStream stream = opts.one_channel ? TokenStream(out) : TokenStream(opts.stream_fd);
     CancelState cancel;
     Session session(info, opts, engine, stream, cancel, *spec);
     session.state_identity = identity;

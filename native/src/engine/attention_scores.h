@@ -15,13 +15,25 @@
 // 6.0 s with this, docs/benchmarks.md). Where the engine has no flash attention, the
 // whole scoring context runs without it, its ubatch sized to keep that block bounded.
 //
+// Segments. One pass costs a prefill of the whole prompt, whose attention grows with
+// the square of its length: at 128K tokens that was 8 of the 0.6B drafter's 12.9 s on
+// an H200 (docs/benchmarks.md). With `segment=N` the prompt's body is scored N tokens
+// at a time: each pass clears the cache, prefills the prompt's first few tokens (the
+// attention sinks) and one segment, then decodes the lookahead
+// queries, which score that segment's tokens. Positions in a pass are consecutive (the
+// engine accepts no gaps in a sequence), so each pass reads like a short prompt of sink,
+// segment and queries. The prefill is then linear in the prompt's length; what it gives
+// up is attention from one segment to another and the true distance from the queries
+// back to a segment. A prompt no
+// longer than one segment is scored in one pass, exactly as without segments.
+//
 // Why a context of its own rather than the daemon's: compress must not disturb the
 // live sequence that generate, snapshot and restore work on, and the main context
 // keeps flash attention for generation. It lives only for one call.
 //
 // Which layers count. Column j of a layer's probabilities is KV cell j. In a fresh
-// cache filled in order, cell j holds position j whenever the layer's cache holds the
-// whole prompt; a sliding-window layer whose cache is smaller has recycled cells and
+// cache filled in order, cell j holds the j-th token the pass prefilled whenever the
+// layer's cache holds the whole pass; a sliding-window layer whose cache is smaller has recycled cells and
 // sees only the window anyway, so it is left out (on Gemma 3 the global layers score,
 // the local ones do not, unless the prompt fits in their window).
 //
@@ -45,13 +57,15 @@ struct AttentionScores {
     std::vector<float> per_token;  // one score per prompt token, in [0, 1]
     int32_t layers_used = 0;       // layers whose probabilities were counted
     int32_t n_query = 0;           // lookahead queries actually used (<= prompt length)
+    int32_t n_segments = 1;        // passes the prompt was scored in
     bool flash_prefill = false;    // the prompt was prefilled with flash attention
 };
 
 // Throws ProtocolError: context_failed if the scoring context cannot be created,
 // decode_failed if a decode step fails. `lookahead` >= 1; `prompt` non-empty, ids
-// already checked against the vocabulary.
+// already checked against the vocabulary. `segment` > 0 scores the prompt in segments
+// of that many tokens (see above); 0 scores it in one pass.
 AttentionScores score_prompt_attention(llama_model * model, const std::vector<int32_t> & prompt, int32_t lookahead,
-                                       int32_t n_threads);
+                                       int32_t segment, int32_t n_threads);
 
 }  // namespace lucerna

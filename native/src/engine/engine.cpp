@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "engine/dead_peer.h"
 #include "engine/gguf_probe.h"
 #include "engine/log.h"
 #include "ggml-backend.h"
@@ -132,10 +133,12 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     loaded.n_ctx_train = with_context ? llama_model_n_ctx_train(loaded.model.get())
                                       : read_gguf_context_length(opts.model_path, arch);
     loaded.n_ctx = opts.n_ctx;
-    if (loaded.n_ctx_train > 0 && loaded.n_ctx > loaded.n_ctx_train) {
-        log_line("--n-ctx=%d is beyond the model's n_ctx_train=%d; using %d", opts.n_ctx, loaded.n_ctx_train,
-                 loaded.n_ctx_train);
-        loaded.n_ctx = loaded.n_ctx_train;
+    // The pool holds every sequence's tokens; one sequence's positions stop at n_ctx_train.
+    const int64_t pool_cap = static_cast<int64_t>(loaded.n_ctx_train) * std::max(1, opts.parallel);
+    if (loaded.n_ctx_train > 0 && loaded.n_ctx > pool_cap) {
+        log_line("--n-ctx=%d is beyond the model's n_ctx_train=%d x --parallel=%d; using %lld", opts.n_ctx,
+                 loaded.n_ctx_train, opts.parallel, static_cast<long long>(pool_cap));
+        loaded.n_ctx = static_cast<int32_t>(pool_cap);
     }
     loaded.n_ctx_seq = loaded.n_ctx;
     loaded.backend = detect_backend(loaded.model.get(), opts.n_gpu_layers);
@@ -173,13 +176,15 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
         }
         cparams.n_ubatch = cparams.n_batch;
         cparams.n_seq_max = static_cast<uint32_t>(opts.parallel);
-        // One KV stream per sequence (n_ctx / parallel cells each), not one unified
-        // buffer: a sequence's cells then sit at the indices a solo run gives them, so a
-        // sequence decoded alone computes bit for bit what a --parallel 1 daemon does,
-        // whatever the others hold (PROTOCOL.md 9.4, measured). A unified buffer would
-        // interleave the sequences' cells and change the order attention sums them in.
+        // One KV pool of n_ctx cells that every sequence draws from (PROTOCOL.md 9), so a
+        // long sequence can use the cells the others leave free; when the pool runs
+        // short the batch scheduler preempts (daemon/batch_scheduler.h). The recurrent
+        // state stays one copy per sequence (n_seq_max). The price, measured: a sequence's
+        // cells sit wherever the pool has room, so attention sums them in another order
+        // than a solo run would and a sequence alone is no longer bit-identical to a
+        // --parallel 1 run (9.4). --kv-unified=off keeps one stream of n_ctx / N cells each.
         // With one sequence the two are the same.
-        cparams.kv_unified = opts.parallel == 1;
+        cparams.kv_unified = !opts.kv_split;
         cparams.flash_attn_type = static_cast<llama_flash_attn_type>(opts.flash_attn);
         cparams.type_k = kv_cache_type(opts.kv_type);
         cparams.type_v = cparams.type_k;
@@ -191,9 +196,19 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             throw ProtocolError(ErrorCode::kContextFailed, "the engine could not create a context with n_ctx=" +
                                                                std::to_string(loaded.n_ctx));
         }
+        if (!opts.placement.rpc_servers.empty()) {
+            // The model's buffers and the context's backends now hold their connections.
+            const int hardened = detect_dead_rpc_peers(opts.placement.rpc_servers, opts.placement.rpc_timeout_ms);
+            log_line("--rpc: %d connection(s) fail after %d ms without an answer", hardened,
+                     opts.placement.rpc_timeout_ms);
+        }
         loaded.n_ctx = static_cast<int32_t>(llama_n_ctx(loaded.context.get()));
         loaded.n_ctx_seq = static_cast<int32_t>(llama_n_ctx_seq(loaded.context.get()));
+        if (loaded.n_ctx_train > 0) {
+            loaded.n_ctx_seq = std::min(loaded.n_ctx_seq, loaded.n_ctx_train);
+        }
         loaded.n_parallel = opts.parallel;
+        loaded.kv_split = opts.kv_split && opts.parallel > 1;
         const llama_model * model = loaded.model.get();
         if (opts.speculative() && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model)) &&
             llama_n_rs_seq(loaded.context.get()) + 1 < static_cast<uint32_t>(opts.draft_block_size)) {

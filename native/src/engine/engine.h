@@ -53,15 +53,20 @@ struct LoadedModel {
     int32_t n_vocab = 0;
     int32_t n_ctx = 0;        // effective: requested, clamped to n_ctx_train
     int32_t n_ctx_train = 0;
-    // Cells each sequence may fill: n_ctx / --parallel (one KV stream per sequence).
+    // Cells one sequence may fill: the whole pool (n_ctx, unified), at most n_ctx_train;
+    // with --kv-unified=off n_ctx / --parallel (one KV stream per sequence).
     int32_t n_ctx_seq = 0;
     int32_t n_parallel = 1;  // --parallel: sequences 0 .. n_parallel-1
+    bool kv_split = false;   // --kv-unified=off: one stream per sequence instead of one pool
 
     // How an overflow names the limit: "n_ctx=4096", or with several sequences
-    // "n_ctx_seq=1024 (n_ctx / --parallel)".
+    // "n_ctx_seq=4096 (the pool)" / "n_ctx_seq=1024 (n_ctx / --parallel, --kv-unified=off)".
     std::string ctx_limit() const {
-        return n_parallel == 1 ? "n_ctx=" + std::to_string(n_ctx)
-                               : "n_ctx_seq=" + std::to_string(n_ctx_seq) + " (n_ctx / --parallel)";
+        if (n_parallel == 1) {
+            return "n_ctx=" + std::to_string(n_ctx);
+        }
+        return "n_ctx_seq=" + std::to_string(n_ctx_seq) +
+               (kv_split ? " (n_ctx / --parallel, --kv-unified=off)" : n_ctx_seq < n_ctx ? " (n_ctx_train)" : " (the pool)");
     }
     // Prompt tokens per prefill batch: --chunk, at most the context asked for. Fixed
     // before the engine rounds the context up, so batches never outgrow n_batch.

@@ -26,6 +26,8 @@ struct PlacementOptions {
     std::vector<TensorOverride> overrides;  // --override-tensor, first match wins
     std::optional<double> experts_in_host;  // --experts-in-host (laguna), in [0, 1]
     std::optional<std::string> rpc_listen;  // --rpc-listen (ds4_shard), "HOST:PORT"
+    // --rpc-timeout-ms: an RPC peer silent this long is dead (engine/dead_peer.h).
+    int32_t rpc_timeout_ms = kDefaultRpcTimeoutMs;
 
     // The shard's endpoint when --rpc-listen is left out.
     static constexpr const char * kDefaultRpcListen = "127.0.0.1:50052";
@@ -34,6 +36,12 @@ struct PlacementOptions {
 struct DaemonOptions {
     std::string model_path;
     int stream_fd = -1;        // -1: no stream fd
+    // --channel=stdout: stream bytes share stdout with the replies, framed (PROTOCOL.md
+    // 10), for a launcher that carries only stdin and stdout (ssh). false: --stream-fd.
+    bool one_channel = false;
+    // --keepalive-ms: on one channel, an `@alive` line this often (0: none), so that the
+    // client tells a daemon busy on a long prefill from a link that is gone.
+    int32_t keepalive_ms = kDefaultKeepaliveMs;
     int32_t n_ctx = 4096;      // clamped to the model's n_ctx_train after loading
     int32_t n_threads = 0;     // 0: hardware concurrency
     int32_t n_gpu_layers = 999;  // all; negative also means all
@@ -44,9 +52,12 @@ struct DaemonOptions {
     int32_t chunk = 512;
     int32_t n_slots = kDefaultSlots;  // snapshot slots 0 .. n_slots-1
     // --parallel: sequences that decode together in one engine context (PROTOCOL.md 9),
-    // numbered 0 .. parallel-1. Each has its own share of the KV cache (n_ctx / parallel
-    // cells) and its own recurrent state.
+    // numbered 0 .. parallel-1. They share one KV pool of n_ctx cells; each has its own
+    // recurrent state.
     int32_t parallel = 1;
+    // --kv-unified=off: one KV stream of n_ctx / parallel cells per sequence instead of
+    // the pool, so a sequence alone computes bit for bit what a --parallel 1 run does.
+    bool kv_split = false;
     int64_t max_line = 1 << 20;    // longest command line in bytes (line_too_long beyond)
     PlacementOptions placement;  // --rpc, --override-tensor, --experts-in-host, --rpc-listen
 

@@ -115,7 +115,7 @@ std::vector<ggml_backend_dev_t> register_rpc_servers(const std::vector<std::stri
             throw ProtocolError(ErrorCode::kBadFlag, "--rpc lists " + endpoint + " twice");
         }
         if (!endpoint_answers(endpoint)) {
-            throw ProtocolError(ErrorCode::kLoadFailed,
+            throw ProtocolError(ErrorCode::kRpcFailed,
                                 "RPC server " + endpoint + " does not accept connections (is the shard running?)");
         }
         ggml_backend_reg_t reg = add_server(endpoint.c_str());

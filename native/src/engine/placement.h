@@ -33,7 +33,7 @@ class Placement {
 public:
     // Registers the --rpc servers with the engine (each must accept a connection now),
     // resolves --override-tensor device names and reads the GGUF's MoE layers for
-    // --experts-in-host. Throws ProtocolError: load_failed for an RPC server that does
+    // --experts-in-host. Throws ProtocolError: rpc_failed for an RPC server that does
     // not answer, bad_flag for a device name no device has.
     static std::unique_ptr<Placement> plan(const PlacementOptions & opts, const std::string & model_path,
                                            int32_t n_gpu_layers);

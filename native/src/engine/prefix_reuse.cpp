@@ -125,6 +125,48 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
     return best;
 }
 
+ReusedPrefix prefix_offer(const llama_model * model, const LiveSequence & other, const std::vector<int32_t> & prompt,
+                          int32_t limit) {
+    const auto n_prompt = static_cast<int32_t>(prompt.size());
+    const int32_t common = std::min(common_prefix(other.tokens(), prompt), limit);
+    if (!needs_checkpoints(model)) {
+        const int32_t n = std::min(common, n_prompt - 1);
+        return n > 0 ? ReusedPrefix{ReusedPrefix::Source::kSequence, n, -1} : ReusedPrefix{};
+    }
+    ReusedPrefix best;
+    const auto & checkpoints = other.checkpoints();
+    for (size_t i = 0; i < checkpoints.size(); ++i) {
+        const Checkpoint & c = checkpoints[i];
+        const bool usable = c.n_tokens <= common && (c.n_tokens < n_prompt || !c.logits.empty());
+        if (usable && c.n_tokens > best.n_tokens) {
+            best = {ReusedPrefix::Source::kSequence, c.n_tokens, static_cast<int32_t>(i)};
+        }
+    }
+    return best;
+}
+
+void share_prefix(llama_context * ctx, LiveSequence & live, llama_seq_id seq, const LiveSequence & other,
+                  llama_seq_id other_seq, const ReusedPrefix & offer) {
+    clear_sequence(ctx, seq);
+    live.clear();
+    llama_memory_t mem = llama_get_memory(ctx);
+    // Positions [0, n): the attention cells become the other sequence's and this one's
+    // alike (a hybrid model copies its recurrent state too, replaced below).
+    llama_memory_seq_cp(mem, other_seq, seq, 0, offer.n_tokens);
+    std::vector<float> logits;
+    if (offer.slot >= 0) {
+        const Checkpoint & c = other.checkpoints()[static_cast<size_t>(offer.slot)];
+        if (llama_state_seq_set_data_ext(ctx, c.state.data(), c.state.size(), seq,
+                                         LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == 0) {
+            clear_sequence(ctx, seq);
+            throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load another sequence's checkpoint");
+        }
+        logits = c.logits;
+    }
+    const auto & tokens = other.tokens();
+    live.restored(std::vector<int32_t>(tokens.begin(), tokens.begin() + offer.n_tokens), logits);
+}
+
 void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab, llama_seq_id seq) {
     if (live.empty() || !needs_checkpoints(llama_get_model(ctx))) {
         return;

@@ -22,7 +22,8 @@ namespace lucerna {
 
 // Where the reused prefix came from; `slot` is set for kSlot.
 struct ReusedPrefix {
-    enum class Source { kNone, kLive, kCheckpoint, kSlot };
+    // kSequence: shared from another sequence of the context (share_prefix).
+    enum class Source { kNone, kLive, kCheckpoint, kSlot, kSequence };
     Source source = Source::kNone;
     int32_t n_tokens = 0;
     int32_t slot = -1;
@@ -40,6 +41,22 @@ bool needs_checkpoints(const llama_model * model);
 ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const SnapshotStore & slots,
                           const std::vector<int32_t> & prompt, int32_t limit, DflashDraft * draft,
                           llama_seq_id seq = 0);
+
+// What another sequence `other` of the context (the engine's sequence `other_seq`) can
+// give `prompt`: the longest prefix, at most `limit` tokens, that it holds exactly as a
+// solo prefill of `prompt` would leave it: any common prefix on an attention-only model
+// (short of the whole prompt, whose last token is prefilled for its logits), else one
+// of its checkpoints (the recurrent state or window cache of that position). n_tokens 0
+// when nothing; `slot` is the checkpoint's index, -1 for none.
+ReusedPrefix prefix_offer(const llama_model * model, const LiveSequence & other, const std::vector<int32_t> & prompt,
+                          int32_t limit);
+
+// Makes sequence `seq` (its live sequence `live`) hold the prefix `offer` of `other`
+// (prefix_offer): the attention cells are shared (llama_memory_seq_cp: one copy of the
+// KV for both), the uncuttable part is loaded from the checkpoint into `seq`'s own
+// recurrent state or window cache. Throws snapshot_failed (`seq` is then empty).
+void share_prefix(llama_context * ctx, LiveSequence & live, llama_seq_id seq, const LiveSequence & other,
+                  llama_seq_id other_seq, const ReusedPrefix & offer);
 
 // Copies the uncuttable part of the live sequence's state into a new checkpoint at its
 // current length, with the logits of its last position. No-op for models that need none.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "engine/dead_peer.h"
 #include "engine/log.h"
 #include "engine/options.h"
 #include "engine/placement.h"
@@ -70,7 +71,8 @@ size_t device_free_bytes(ggml_backend_dev_t device) {
 
 }  // namespace
 
-std::unique_ptr<RpcServer> RpcServer::start(const std::string & endpoint, ggml_backend_dev_t device, int n_threads) {
+std::unique_ptr<RpcServer> RpcServer::start(const std::string & endpoint, ggml_backend_dev_t device, int n_threads,
+                                            int dead_peer_ms) {
     std::string host;
     int port = 0;
     in_addr parsed{};
@@ -102,6 +104,10 @@ std::unique_ptr<RpcServer> RpcServer::start(const std::string & endpoint, ggml_b
         state->done.notify_all();
     });
     server->wait_listening();
+    // Accepted connections inherit the listening socket's keep-alive and user timeout.
+    for (const int fd : own_sockets_on_port(port, /*listening =*/true)) {
+        detect_dead_peer(fd, dead_peer_ms);
+    }
     // The server initialised its backend before it listened: a GPU's context and the
     // CPU backend's threads are in the baseline, and what grows from here is clients'.
     state->rss_kb_at_listen = resident_set_kb();

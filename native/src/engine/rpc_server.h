@@ -26,7 +26,11 @@ public:
     // Starts serving `device` on `endpoint` ("HOST:PORT", HOST an IPv4 address) and
     // returns once the server's socket is listening. Throws ProtocolError(rpc_failed)
     // when it cannot listen (address in use, not an address of this host, ...).
-    static std::unique_ptr<RpcServer> start(const std::string & endpoint, ggml_backend_dev_t device, int n_threads);
+    // Connections from clients that vanish are dropped after `dead_peer_ms`
+    // (engine/dead_peer.h), so that a client cut off mid-step does not hold the server,
+    // which serves one client at a time, forever.
+    static std::unique_ptr<RpcServer> start(const std::string & endpoint, ggml_backend_dev_t device, int n_threads,
+                                            int dead_peer_ms);
 
     // Stops the server (see stop()); if it does not stop, the process exits 0 here:
     // the only caller is the shard's shutdown, after its `ok quit` went out.

@@ -3,11 +3,16 @@
 //   lucerna-mkmodels --out DIR [--seed N] [--only name,name] [--verify] [--verbose]
 //   lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]
 //                    [--threads N] [--seed N] [--piece-pool N]
+//   lucerna-mkmodels --probe FILE [--tokens N] [--threads N]
 //   lucerna-mkmodels --list | --version
 //
 // --shape writes one full-size benchmark model (mkmodels/bench_shapes.h) instead of the
 // test models, quantized as it is written. --piece-pool N: the pieces of one kind share
 // N random ones, encoded once (a timing-only file in seconds instead of minutes).
+//
+// --probe prefills N tokens of FILE on the CPU and prints, per watched activation and
+// layer, the largest |x| and the count of non-finite values (mkmodels/activation_probe.h):
+//   probe <name> layer=<il> max_abs=<x> nonfinite=<n> count=<n>
 //
 // Progress and engine logs go to stderr. With --verify, each written file is loaded
 // back from disk and (for generating models) greedily decoded in a real llama_context;
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "llama.h"
+#include "mkmodels/activation_probe.h"
 #include "mkmodels/bench_shapes.h"
 #include "mkmodels/model_specs.h"
 #include "mkmodels/model_writer.h"
@@ -42,6 +48,8 @@ struct Options {
     bool verify = false;
     bool verbose = false;
     lucerna::mkmodels::ShapeOptions shape;  // shape.shape non-empty: --shape mode
+    std::string probe;                      // non-empty: --probe mode
+    int32_t probe_tokens = 1024;
 };
 
 void usage(FILE * to) {
@@ -50,6 +58,7 @@ void usage(FILE * to) {
                  "                        [--vocab-dir DIR]\n"
                  "       lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]\n"
                  "                        [--threads N] [--seed N] [--piece-pool N]\n"
+                 "       lucerna-mkmodels --probe FILE [--tokens N] [--threads N]\n"
                  "       lucerna-mkmodels --list | --version\n");
 }
 
@@ -124,9 +133,21 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
         } else if (arg == "--shape") {
             if (!need_value()) return exit_code = 2, false;
             opts.shape.shape = value;
+        } else if (arg == "--probe") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.probe = value;
         } else if (arg == "--ftype") {
             if (!need_value()) return exit_code = 2, false;
             opts.shape.ftype = value;
+        } else if (arg == "--tokens") {
+            if (!need_value()) return exit_code = 2, false;
+            char * end = nullptr;
+            const long parsed = std::strtol(value.c_str(), &end, 10);
+            if (value.empty() || *end != '\0' || parsed < 1 || parsed > 262144) {
+                std::fprintf(stderr, "lucerna-mkmodels: --tokens wants 1..262144, not '%s'\n", value.c_str());
+                return exit_code = 2, false;
+            }
+            opts.probe_tokens = static_cast<int32_t>(parsed);
         } else if (arg == "--layers" || arg == "--threads" || arg == "--piece-pool") {
             if (!need_value()) return exit_code = 2, false;
             char * end = nullptr;
@@ -163,7 +184,7 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
             return exit_code = 2, false;
         }
     }
-    if (opts.out_dir.empty()) {
+    if (opts.out_dir.empty() && opts.probe.empty()) {
         std::fprintf(stderr, "lucerna-mkmodels: --out DIR is required\n");
         usage(stderr);
         return exit_code = 2, false;
@@ -182,6 +203,24 @@ int main(int argc, char ** argv) {
     g_verbose = opts.verbose;
     llama_log_set(log_to_stderr, nullptr);
     llama_backend_init();
+
+    if (!opts.probe.empty()) {
+        int status = 0;
+        try {
+            const int32_t threads = opts.shape.threads > 0 ? opts.shape.threads : 2;
+            const auto stats = lucerna::mkmodels::probe_activations(opts.probe, opts.probe_tokens, 512, threads);
+            for (const auto & stat : stats) {
+                std::printf("probe %s layer=%d max_abs=%.6g nonfinite=%llu count=%llu\n", stat.name.c_str(), stat.layer,
+                            stat.max_abs, static_cast<unsigned long long>(stat.nonfinite),
+                            static_cast<unsigned long long>(stat.count));
+            }
+        } catch (const std::exception & err) {
+            std::fprintf(stderr, "mkmodels: --probe %s failed: %s\n", opts.probe.c_str(), err.what());
+            status = 1;
+        }
+        llama_backend_free();
+        return status;
+    }
 
     if (!opts.shape.shape.empty()) {
         opts.shape.out_dir = opts.out_dir;

@@ -12,7 +12,7 @@ namespace lucerna::mkmodels {
 
 // Bump when the bytes the generator writes change (shapes, keys, init, vocab choice):
 // daemons/testmodels.py regenerates the cache when it differs.
-inline constexpr int kGeneratorVersion = 1;
+inline constexpr int kGeneratorVersion = 2;  // 2: negative recurrent decay (ssm_a)
 
 struct ModelSpec {
     std::string name;           // "qwen35": key in daemons/testmodels.py, file <name>.gguf

@@ -87,6 +87,14 @@ WeightInit weight_init_for(const ggml_tensor & tensor) {
     if (ends_with(name, ".scale")) {
         return {1.0f, 0.0f};  // per-tensor quantisation scales: identity
     }
+    if (ends_with(name, ".ssm_a")) {
+        // A recurrent layer's decay rate, -exp(A_log) in a checkpoint: always negative, so
+        // the state shrinks between tokens. A zero-mean draw makes half the heads grow by
+        // exp(|a| * softplus(...)) a token instead: the Gated DeltaNet state of the qwen35
+        // shapes then passed 1e9 after 256 tokens and overflowed F32 (NaN logits) near
+        // 1000, on CPU and CUDA alike (issue 14 item 4; `lucerna-mkmodels --probe`).
+        return {-1.0f, 0.05f};
+    }
     if (n_dims == 1 && contains(name, "norm")) {
         return {1.0f, 0.05f};
     }

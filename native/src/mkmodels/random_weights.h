@@ -22,7 +22,8 @@ struct WeightInit {
 
 // Norm weights start near 1, matrices get a fan-in scaled normal (so activations and
 // logits keep a unit-ish scale through a few layers and greedy argmax has clear
-// winners), small vectors (biases, gates, decay rates) a small normal.
+// winners), small vectors (biases, gates) a small normal, and recurrent decay rates
+// (ssm_a) a negative one, as a checkpoint's -exp(A_log) is.
 WeightInit weight_init_for(const ggml_tensor & tensor);
 
 // The callback given to llama_model_init_from_user; userdata points to a uint64_t seed.

@@ -30,4 +30,18 @@ constexpr int32_t kMaxLogprobs = 20;
 // --slots's default (section 1): snapshot slots 0 .. 63.
 constexpr int32_t kDefaultSlots = 64;
 
+// One channel (--channel=stdout, section 10): a stream frame is the line
+// "@stream N" and then N raw bytes; "@alive" is a keep-alive line. No reply line
+// starts with '@' (replies start with ready, ok, err or done), so a reader never
+// confuses them.
+constexpr const char * kChannelStreamWord = "@stream";
+constexpr const char * kChannelAliveLine = "@alive";
+
+// --keepalive-ms's default (section 1): a keep-alive each second on one channel.
+constexpr int32_t kDefaultKeepaliveMs = 1000;
+
+// --rpc-timeout-ms's default (section 1): an RPC peer's kernel silent this long (no
+// acknowledgement, no answer to a keep-alive probe) means the peer or link is gone.
+constexpr int32_t kDefaultRpcTimeoutMs = 10000;
+
 }  // namespace lucerna

@@ -5,7 +5,7 @@
 namespace lucerna {
 
 bool TokenStream::write(const std::vector<int32_t> & values) {
-    if (fd_ < 0) {
+    if (!available()) {
         return false;
     }
     std::vector<unsigned char> bytes;
@@ -17,11 +17,12 @@ bool TokenStream::write(const std::vector<int32_t> & values) {
         bytes.push_back(static_cast<unsigned char>((u >> 16) & 0xff));
         bytes.push_back(static_cast<unsigned char>((u >> 24) & 0xff));
     }
-    return write_all(fd_, bytes.data(), bytes.size());
+    return out_ != nullptr ? out_->write_stream_frame(bytes.data(), bytes.size())
+                           : write_all(fd_, bytes.data(), bytes.size());
 }
 
 bool TokenStream::terminate() {
-    if (terminated_ || fd_ < 0) {
+    if (terminated_ || !available()) {
         return true;
     }
     terminated_ = true;

@@ -1,9 +1,12 @@
-// The binary stream fd: int32 little-endian values, each stream command terminated by
-// exactly one -1 (PROTOCOL.md section 1).
+// The binary stream: int32 little-endian values, each stream command terminated by
+// exactly one -1 (PROTOCOL.md section 1), on the stream fd or, on one channel, framed on
+// stdout (section 10).
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "wire/wire.h"
 
 namespace lucerna {
 
@@ -11,8 +14,10 @@ class TokenStream {
 public:
     // fd < 0: the daemon was started without --stream-fd.
     explicit TokenStream(int fd) : fd_(fd) {}
+    // One channel: the values go to `out` as stream frames.
+    explicit TokenStream(LineWriter & out) : out_(&out) {}
 
-    bool available() const { return fd_ >= 0; }
+    bool available() const { return fd_ >= 0 || out_ != nullptr; }
 
     // Starts a stream command: arms the single terminator.
     void begin() { terminated_ = false; }
@@ -27,7 +32,8 @@ public:
     bool terminate();
 
 private:
-    int fd_;
+    int fd_ = -1;
+    LineWriter * out_ = nullptr;
     bool terminated_ = true;
 };
 

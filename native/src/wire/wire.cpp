@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "wire/constants.h"
 #include "wire/fd_io.h"
 #include "wire/numbers.h"
 
@@ -288,7 +289,19 @@ std::string err_line(ErrorCode code, std::string_view detail) {
 bool LineWriter::write_line(const std::string & line) {
     std::string data = line;
     data.push_back('\n');
+    const std::lock_guard<std::mutex> lock(mutex_);
     return write_all(fd_, data.data(), data.size());
+}
+
+bool LineWriter::write_stream_frame(const unsigned char * data, size_t size) {
+    std::string frame = std::string(kChannelStreamWord) + " " + std::to_string(size) + "\n";
+    frame.append(reinterpret_cast<const char *>(data), size);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return write_all(fd_, frame.data(), frame.size());
+}
+
+bool LineWriter::write_keepalive() {
+    return write_line(kChannelAliveLine);
 }
 
 }  // namespace lucerna

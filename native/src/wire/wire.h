@@ -2,7 +2,9 @@
 // encoding, key=value options, and the reply lines written to the protocol fd.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -82,15 +84,24 @@ private:
 // "err <code> <detail>", the detail flattened to one line.
 std::string err_line(ErrorCode code, std::string_view detail);
 
-// Writes whole lines to the protocol fd (the process's original stdout).
+// Writes whole lines to the protocol fd (the process's original stdout). On one channel
+// (--channel=stdout, PROTOCOL.md 10) it also carries the stream's bytes as frames and the
+// keep-alive lines; one mutex keeps every line and frame whole, since the keep-alive
+// thread writes while the command loop does.
 class LineWriter {
 public:
     explicit LineWriter(int fd) : fd_(fd) {}
+    LineWriter(const LineWriter &) = delete;
+    LineWriter & operator=(const LineWriter &) = delete;
     // Returns false if the peer is gone; the caller then shuts down.
     bool write_line(const std::string & line);
+    // "@stream N\n" and the N bytes, in one write.
+    bool write_stream_frame(const unsigned char * data, size_t size);
+    bool write_keepalive();
 
 private:
     int fd_;
+    std::mutex mutex_;
 };
 
 }  // namespace lucerna
