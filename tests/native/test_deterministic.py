@@ -14,7 +14,8 @@ tests assert the result exactly, token for token, on every path that changes the
 - the reference is each prompt decoded alone with the prompt in one batch
   (``--chunk=512``), then one token a step;
 - prefill chunks of 1 (plain autoregressive decoding), 7, 64 and 512 tokens, each with
-  8 sequences decoded together (``--parallel=8``, protocol 2, PROTOCOL.md 9);
+  8 sequences decoded together (``--parallel=8``, protocol 2, PROTOCOL.md 9; one KV
+  stream per sequence, ``--kv-unified=off``, which the mode requires there);
 - a restore: the prompt's first part computed by an earlier request and reused from
   its checkpoint (PROTOCOL.md 5.10);
 - speculative decoding with the DFlash test draft (16-token verify blocks, 5.9).
@@ -119,8 +120,10 @@ def test_greedy_tokens_do_not_depend_on_the_batch(
     assert daemon.quit() == 0
 
     for chunk in CHUNKS:
+        # One KV stream per sequence, as the mode requires with several (PROTOCOL.md 1).
         batched = spawn(binary, path, ONE_THREAD, DETERMINISTIC, f"--chunk={chunk}",
-                        f"--parallel={PARALLEL}", f"--n-ctx={PARALLEL * N_CTX_SEQ}")  # fmt: skip
+                        f"--parallel={PARALLEL}", "--kv-unified=off",
+                        f"--n-ctx={PARALLEL * N_CTX_SEQ}")  # fmt: skip
         batched.ready()
         # Chunks of 1 are a step per prompt token: one wave of sequences keeps it quick.
         got = together(batched, cases[:PARALLEL] if chunk == 1 else cases)

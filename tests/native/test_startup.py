@@ -35,9 +35,11 @@ def test_ready_line_of_the_default_model(
     # state_id names the model file as it is on this disk (PROTOCOL.md 2): its form only.
     state_id = fields.pop("state_id")
     assert len(state_id) == 16 and int(state_id, 16) >= 0
-    assert fields == GEMMA_READY
+    # The engine's name carries our patch series (+p<hash>) when there is one.
+    expected = {**GEMMA_READY, "engine": native.engine.name}
+    assert fields == expected
     assert first == "ready " + " ".join(
-        f"{k}={v}" for k, v in {**GEMMA_READY, "state_id": state_id}.items())
+        f"{k}={v}" for k, v in {**expected, "state_id": state_id}.items())
     assert daemon.quit() == 0
 
 
