@@ -110,6 +110,9 @@ class DecodeOptions(TypedDict, total=False):
     """``generate`` only, with ``logprobs``: every prompt token after the first gets its
     record too (``GenerationStream.read_prompt_logprobs``); the prefill then reuses no
     held state, and ``n_gen`` may be 0."""
+    lookup: bool | None
+    """Prompt lookup on or off for this request (PROTOCOL.md 5.9); None: the daemon's
+    ``--lookup`` default. True needs a daemon started with ``--lookup=opt-in|on``."""
 
 
 class DaemonClient:
@@ -310,6 +313,7 @@ class DaemonClient:
             json_schema=None if json_schema is None else self._text_ref(json_schema),
             snap=options.get("snap"),
             logprobs=options.get("logprobs"),
+            lookup=options.get("lookup"),
         )
 
     async def snapshot(self, slot: int) -> SnapshotInfo:

@@ -128,7 +128,10 @@ class DaemonLaunch:
     draft: Path | PurePosixPath | None = None
     """qwen35: a DFlash draft GGUF; every generation decodes speculatively (PROTOCOL.md 5.9)."""
     draft_block_size: int | None = None
-    """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
+    """Tokens per verify step; None: the draft's own ``dflash.block_size`` (16 for lookup
+    alone)."""
+    lookup: str | None = None
+    """Prompt lookup (PROTOCOL.md 5.9): ``"opt-in"`` or ``"on"``; None: off."""
     deterministic: bool = False
     """``--deterministic=on``: batch-invariant kernels (PROTOCOL.md section 1)."""
     extra_args: tuple[str, ...] = ()
@@ -167,8 +170,10 @@ class DaemonLaunch:
             raise ValueError(f"experts_in_host must be in [0, 1], got {self.experts_in_host}")
         if self.channel not in ("fds", "stdout"):
             raise ValueError(f"channel must be 'fds' or 'stdout', got {self.channel!r}")
-        if self.draft_block_size is not None and self.draft is None:
-            raise ValueError("draft_block_size needs a draft")
+        if self.draft_block_size is not None and self.draft is None and self.lookup is None:
+            raise ValueError("draft_block_size needs a draft or lookup")
+        if self.lookup not in (None, "opt-in", "on"):
+            raise ValueError(f"lookup must be 'opt-in' or 'on' (None: off), got {self.lookup!r}")
 
     def argv(self, stream_fd: int | None) -> list[str]:
         """The command line: the launcher, then the daemon's (shell-quoted if ``remote_shell``)."""
@@ -203,6 +208,7 @@ class DaemonLaunch:
             # The mode needs each sequence's cells in solo order: one KV stream each
             # (PROTOCOL.md section 1); n_ctx is already n_ctx per sequence times parallel.
             ("kv-unified", "off" if self.deterministic and (self.parallel or 1) > 1 else None),
+            ("lookup", self.lookup),
             ("keepalive-ms", self.keepalive_ms if self.channel == "stdout" else None),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)

@@ -79,6 +79,9 @@ class Speculation:
     """Verify steps that carried proposals."""
     proposed: int
     accepted: int
+    method: str | None = None
+    """The proposers that ran: ``dflash``, ``lookup``, ``dflash+lookup``... (the daemon's
+    ``spec``); None from a daemon that does not say."""
 
     @property
     def acceptance_length(self) -> float:
@@ -158,6 +161,9 @@ class GenerationRequest:
     # (legacy Completions echo); ``max_tokens`` may then be 0. Such a prefill reuses no
     # held state (PROTOCOL.md 5.1).
     prompt_logprobs: bool = False
+    # Prompt lookup (PROTOCOL.md 5.9) on or off for this request; None: the model's
+    # ``lookup`` setting. On needs a model whose setting is not "off".
+    lookup: bool | None = None
     # A thinking model's reasoning block and budget (orchestrator/reasoning.py); None:
     # all output is answer.
     reasoning: ReasoningPlan | None = field(default=None, compare=False)

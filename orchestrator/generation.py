@@ -208,6 +208,10 @@ async def prepare_generation(model: ServedModel, generation: GenerationRequest,
         generation = await model.prefill.apply(
             generation, headers, target=model, tokenize=functools.partial(prompt_ids, model))
     completion_budget(model, generation)
+    if generation.lookup and model.launch.lookup is None:
+        raise BadRequestError(f"model {model.name!r} serves no prompt lookup (its lookup "
+                              'setting is "off"); leave lookup out, or set lookup = "opt-in" '
+                              "in its config", param="lookup")
     return generation
 
 
@@ -303,6 +307,7 @@ async def generate_events(
                     json_schema=request.json_schema,
                     snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
                     logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
+                    lookup=request.lookup,
                 ) as stream:
                     on_started()
                     if not prompt_scored:
@@ -401,7 +406,7 @@ def _token_logprob(pieces: PieceTable, record: TokenLogprobs) -> TokenLogprob:
 
 
 def _speculation(summary: GenerateSummary | None) -> Speculation | None:
-    if summary is None or summary.draft_steps is None:
-        return None
+    if summary is None or summary.draft_steps is None or summary.spec == "none":
+        return None  # not speculative, or no proposer ran for this request
     return Speculation(draft_steps=summary.draft_steps, proposed=summary.draft_proposed or 0,
-                       accepted=summary.draft_accepted or 0)
+                       accepted=summary.draft_accepted or 0, method=summary.spec)

@@ -190,7 +190,7 @@ def _parse_bool(options: Mapping[str, str], key: str, *, default: bool) -> bool:
 _DECODING_USAGE = (
     "[temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] [pres_pen=P] "
     "[rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>]"
-    " [json_schema=<text>] [snap=L:S] [logprobs=K] [seq=S]"
+    " [json_schema=<text>] [snap=L:S] [logprobs=K] [lookup=0|1] [seq=S]"
 )
 _DECODING_KEYS = frozenset(SamplingParams.__dataclass_fields__) | {
     "stop",
@@ -199,6 +199,7 @@ _DECODING_KEYS = frozenset(SamplingParams.__dataclass_fields__) | {
     "json_schema",
     "snap",
     "logprobs",
+    "lookup",
     "seq",
 }
 
@@ -211,6 +212,7 @@ class _DecodingArgs(TypedDict):
     json_schema: InlineText | TextFile | None
     snap: tuple[int, int] | None
     logprobs: int | None
+    lookup: bool | None
     seq: int | None
 
 
@@ -228,6 +230,8 @@ def _decoding(parsed: CommandLine, prompt: InlineIds | TokenFile) -> _DecodingAr
         "snap": None if "snap" not in options else _snap_option(options["snap"], prompt),
         "logprobs": None if "logprobs" not in options
         else _int_word("logprobs", options["logprobs"], 0, MAX_LOGPROBS),
+        "lookup": None if "lookup" not in options
+        else _parse_bool(options, "lookup", default=False),
         "seq": None if "seq" not in options else _seq_word(options["seq"]),
     }
 

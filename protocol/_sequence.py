@@ -63,6 +63,9 @@ class _Decoding(CommandBase):
     """``K`` in ``0..MAX_LOGPROBS``: each token comes with its log-probability and the
     ``K`` most likely alternatives' (read with :class:`~protocol.LogprobStreamReader`);
     None: bare ids."""
+    lookup: bool | None = field(default=None, kw_only=True)
+    """Prompt lookup (section 5.9) on or off for this request; None: the daemon's
+    ``--lookup`` default. True needs a daemon started with ``--lookup=opt-in|on``."""
     seq: int | None = field(default=None, kw_only=True)
     """Protocol 2 (section 9): the sequence ``0 .. parallel-1`` it runs on, beside the
     others. The reply is then ``ok <command> seq=S`` at once, the values come as framed
@@ -172,6 +175,8 @@ def _check_decoding(command: Generate | Restore) -> None:
         keep("snap", check_snap(command.snap, prompt))
     if command.logprobs is not None:
         keep("logprobs", int_in_range("logprobs", command.logprobs, 0, MAX_LOGPROBS))
+    if command.lookup is not None:
+        keep("lookup", as_bool("lookup", command.lookup))
     if command.seq is not None:
         keep("seq", check_seq(command.seq))
 
@@ -217,6 +222,8 @@ def _decoding_options(command: Generate | Restore) -> dict[str, str]:
         options["snap"] = f"{position}:{slot}"
     if command.logprobs is not None:
         options["logprobs"] = str(command.logprobs)
+    if command.lookup is not None:
+        options["lookup"] = bool_word(command.lookup)
     if command.seq is not None:
         options["seq"] = str(command.seq)
     return options

@@ -97,6 +97,9 @@ class GenerateSummary(_Summary):
     """Proposals the target agreed with (and committed)."""
     draft_ms: float | None = None
     """Time spent in the draft model (feature ingest and block denoising)."""
+    spec: str | None = None
+    """The proposers the request ran (section 5.9): ``dflash``, ``oracle`` and ``lookup``
+    joined by ``+``, or ``none``; None from a daemon that does not say."""
 
     @property
     def acceptance_length(self) -> float | None:
@@ -148,6 +151,7 @@ class GenerateSummary(_Summary):
             draft_proposed=reply.int_field("draft_proposed") if speculative else None,
             draft_accepted=reply.int_field("draft_accepted") if speculative else None,
             draft_ms=reply.float_field("draft_ms") if speculative else None,
+            spec=reply.fields.get("spec") if speculative else None,
         )
 
     def to_reply(self) -> OkReply:
@@ -173,6 +177,8 @@ class GenerateSummary(_Summary):
             and self.draft_accepted is not None
             and self.draft_ms is not None
         ):
+            if self.spec is not None:
+                fields["spec"] = self.spec
             fields |= {
                 "draft_steps": str(self.draft_steps),
                 "draft_proposed": str(self.draft_proposed),

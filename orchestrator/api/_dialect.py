@@ -106,7 +106,7 @@ async def chat_generation(model: ServedModel, messages: Sequence[Mapping[str, An
         form, form.starts_inside(prompt.text), 0 if off else control.budget)
     tools = None if output.template_tools is None else tuple(output.template_tools)
     return GenerationRequest(prompt.ids, basics.max_tokens, basics.sampling, basics.stop,
-                             marks=prompt.marks, reasoning=plan,
+                             marks=prompt.marks, reasoning=plan, lookup=basics.lookup,
                              json_schema=output.json_schema,
                              parser_factory=output.parser_factory,
                              # What PFlash compresses and proxy mode forwards.

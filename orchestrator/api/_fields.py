@@ -150,6 +150,9 @@ class Basics:
     max_tokens: int | None
     sampling: SamplingParams | None
     stop: tuple[str, ...]
+    lookup: bool | None = None
+    """Lucerna's ``lookup``: prompt lookup on (true) or off (false) for this request
+    (PROTOCOL.md 5.9); None: the model's ``lookup`` setting decides."""
 
 
 def basics(body: Mapping[str, Any], *, max_tokens: tuple[str, ...] = ("max_tokens",),
@@ -162,6 +165,7 @@ def basics(body: Mapping[str, Any], *, max_tokens: tuple[str, ...] = ("max_token
         max_tokens=limit,
         sampling=sampling(body),
         stop=stop_strings(body, stop) if stop else (),
+        lookup=None if body.get("lookup") is None else boolean(body, "lookup"),
     )
 
 

@@ -58,11 +58,13 @@ def openai_usage(finished: Finished) -> dict[str, Any]:
         # PFlash: prompt_tokens were prefilled; these were compressed away before that.
         usage["prompt_tokens_details"]["compressed_tokens"] = finished.compressed_tokens
     if finished.speculative is not None:
-        # DFlash speculative decoding (PROTOCOL.md 5.9): how well the draft guessed.
+        # Speculative decoding (PROTOCOL.md 5.9): which proposers ran, how well they guessed.
         spec = finished.speculative
         usage["speculative"] = {"acceptance_length": round(spec.acceptance_length, 3),
                                 "draft_steps": spec.draft_steps, "accepted": spec.accepted,
                                 "proposed": spec.proposed}
+        if spec.method is not None:
+            usage["speculative"]["method"] = spec.method
     return usage
 
 

@@ -29,7 +29,7 @@ no search tool, text input only. Fields Codex 0.169 requires are all there
 
 ``/props`` is llama-server's ``GET /props``, per model (``?model=NAME``, default the
 first): context, the output cap, the sampling defaults, the chat template, engine and
-build, capabilities.
+build, capabilities, speculation.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from orchestrator.api.metrics import lucerna_version
 from orchestrator.errors import BadRequestError, ModelNotFoundError, RequestError
 from orchestrator.models import OUTPUT_CAP_CONTEXT_SHARE, ModelRegistry, ServedModel
 from orchestrator.residency import Residency
+from protocol import ReadyInfo
 
 __all__ = ["CODEX_BASE_INSTRUCTIONS", "ENDPOINTS", "codex_model", "model_endpoint",
            "model_list", "model_object", "models_endpoint", "props"]
@@ -271,8 +272,22 @@ def props(model: ServedModel, registry: ModelRegistry,
         "build_info": build,
         "engine": engine,
         "role": model.launch.role.name,
+        "speculation": speculation(model, ready),
         "models": [m.name for m in registry],
     }
+
+
+def speculation(model: ServedModel, ready: ReadyInfo | None) -> dict[str, Any]:
+    """What the model speculates with (PROTOCOL.md 5.9): the DFlash draft, prompt lookup
+    (``off``; ``opt-in``: requests ask with ``"lookup": true``; ``on``: every request
+    unless ``"lookup": false``) and the tokens per verify step (the running daemon's,
+    else the configured one; None: the default). ``usage`` says per request which
+    proposers ran and how many proposals were accepted."""
+    launch = model.launch
+    block = ready.fields.get("draft_block") if ready is not None else None
+    return {"draft": None if launch.draft is None else str(launch.draft),
+            "lookup": launch.lookup or "off",
+            "block": int(block) if block is not None else launch.draft_block_size}
 
 
 async def props_endpoint(request: Request, registry: ModelRegistry,

@@ -148,7 +148,7 @@ async def completions(request: Request, registry: ModelRegistry) -> Response:
         basics = parsed.basics
         scoring = parsed.scores_prompt
         return GenerationRequest(prompt, basics.max_tokens, basics.sampling, basics.stop,
-                                 template_stops=False,
+                                 template_stops=False, lookup=basics.lookup,
                                  logprobs=0 if scoring and parsed.logprobs is None
                                  else parsed.logprobs,
                                  prompt_logprobs=scoring)

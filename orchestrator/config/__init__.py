@@ -19,7 +19,8 @@ The schema (configs/lucerna.toml is a commented example)::
     [[models]]                    one table per model; at least one
     name, path ("default" = the embedded gemma3-270m, "default-chat" = the embedded
     SmolLM2-135M-Instruct), role, n_ctx, threads,
-    n_gpu_layers, chunk, slots, draft, draft_block_size, extra_args, launcher, env, queue_limit,
+    n_gpu_layers, chunk, slots, draft, draft_block_size, lookup ("off" | "opt-in" | "on"),
+    extra_args, launcher, env, queue_limit,
     max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
     max_delay_s, healthy_after_s}, load ("boot" | "on_demand"), idle ("10m": park
     or stop it after that long unused), idle_action ("park" | "stop"), group,
@@ -41,8 +42,11 @@ The schema (configs/lucerna.toml is a commented example)::
     name, path, host, listen ("HOST:PORT"), threads, extra_args
 
 ``draft`` is a DFlash draft GGUF for the model's qwen35 daemon: every generation then
-decodes speculatively (PROTOCOL.md 5.9). The daemon's benchmark-only oracle proposer has
-no key here on purpose: it is a daemon flag and nothing an API client can reach.
+decodes speculatively (PROTOCOL.md 5.9). ``lookup`` is prompt lookup, speculation from
+the context itself, for any target: "opt-in" lets a request ask with ``"lookup": true``,
+"on" runs it for every request that does not say ``"lookup": false``. The daemon's
+benchmark-only oracle proposer has no key here on purpose: it is a daemon flag and
+nothing an API client can reach.
 
 Relative paths (``path``, ``draft``, ``api_key_file``) are relative to the file's directory.
 Reading a model's GGUF header and choosing its daemon happen in ``build_models``,

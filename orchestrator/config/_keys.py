@@ -158,6 +158,12 @@ class ModelKeys:
         help="batch-invariant decoding: every kernel computes a token's row the same way "
         "whatever the batch, so greedy output does not depend on batching, prefill chunks, "
         "prefix-cache restores or speculative decoding (docs/deterministic.md gives the cost)")
+    LOOKUP = Setting(
+        "lookup", str, 'write "off", "opt-in" (a request may ask for it with "lookup": true) '
+        'or "on" (every request unless it says "lookup": false)', default="off",
+        choices=("off", "opt-in", "on"), noun="mode", flag="--lookup",
+        help="prompt lookup: speculative decoding with proposals from the context itself "
+        "(any target, no draft); off, opt-in (per request) or on (per request opt-out)")
     EXTRA_ARGS = Setting("extra_args", list, 'list extra daemon flags, e.g. ["--seed=1"]')
     LAUNCHER = Setting("launcher", list, 'list the command to prefix, e.g. ["ip", "netns", '
                        '"exec", "gpu"]; for another machine use a [[hosts]] entry and host')

@@ -310,9 +310,11 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
     slots = table.read(keys.SLOTS)
     draft = table.file(keys.DRAFT, base)
     block = table.read(keys.DRAFT_BLOCK_SIZE)
-    if block is not None and draft is None:
-        raise table.error("draft_block_size", "is set without a draft",
-                          "add draft = \"<draft.gguf>\", or remove draft_block_size")
+    lookup = table.read(keys.LOOKUP)
+    if block is not None and draft is None and lookup == "off":
+        raise table.error("draft_block_size", "is set without a draft or lookup",
+                          "add draft = \"<draft.gguf>\" or lookup = \"opt-in\", or remove "
+                          "draft_block_size")
     deterministic = table.read(keys.DETERMINISTIC)
     extra = table.read(keys.EXTRA_ARGS)
     for arg in extra or ():
@@ -366,6 +368,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         draft=draft,
         draft_block_size=block,
         deterministic=deterministic,
+        lookup=lookup,
         extra_args=extra or (),
         launcher=launcher or (),
         env=dict(env or {}),

@@ -119,7 +119,10 @@ class ModelSettings:
     draft: str | None = None
     """A DFlash draft GGUF (absolute once loaded): speculative decoding; None: none."""
     draft_block_size: int | None = None
-    """Tokens per verify step; None: the draft's own ``dflash.block_size``."""
+    """Tokens per verify step; None: the draft's own ``dflash.block_size`` (16 for lookup
+    alone)."""
+    lookup: str = ModelKeys.LOOKUP.default
+    """Prompt lookup: ``off``, ``opt-in`` (per request) or ``on`` (per request opt-out)."""
     deterministic: bool = ModelKeys.DETERMINISTIC.default
     """Batch-invariant kernels (``--deterministic=on``, docs/deterministic.md)."""
     extra_args: tuple[str, ...] = ()

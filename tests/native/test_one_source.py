@@ -105,3 +105,17 @@ def test_one_channel_units() -> None:
     assert cells["keep-alive"] == f"{CHANNEL_ALIVE_LINE}\\n"
     keepalive = sources.doc_flag_row("--keepalive-ms")[1]
     assert int(keepalive) == sources.native_constants()["kDefaultKeepaliveMs"]
+
+
+def test_lookup_modes_and_bounds() -> None:
+    """``--lookup``'s modes (the daemon's flag, the config's ``lookup``) and
+    ``--lookup-min``'s default and range (engine/lookup.h) as PROTOCOL.md section 1 says."""
+    modes = sources.ticked(sources.doc_flag_row("--lookup=")[0])[0].split("=", 1)[1]
+    assert tuple(modes.replace("\\", "").split("|")) == ModelKeys.LOOKUP.choices
+    args = sources.native_source("daemon/args.cpp")
+    assert all(f'"{mode}"' in args for mode in ModelKeys.LOOKUP.choices)
+    lookup = sources.native_source("engine/lookup.h")
+    engine = dict(re.findall(r"constexpr int32_t (k\w+) = (\d+);", lookup))
+    row = sources.doc_flag_row("--lookup-min")
+    assert int(row[1]) == int(engine["kDefaultLookupMin"])
+    assert re.findall(r"`1\.\.(\d+)`", row[2]) == [engine["kMaxLookupMatch"]]

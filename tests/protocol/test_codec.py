@@ -332,6 +332,8 @@ def test_line_encode_then_parse_round_trips(
             Generate(InlineIds((1, 2)), 3, logprobs=0, prompt_logprobs=True, reuse=False),
             b"generate ids:1,2 3 logprobs=0 reuse=0 prompt_logprobs=1\n",
         ),
+        (Generate(InlineIds((1, 2)), 4, lookup=True), b"generate ids:1,2 4 lookup=1\n"),
+        (Restore(1, InlineIds((1,)), 4, lookup=False), b"restore 1 ids:1 4 lookup=0\n"),
         (Embed(InlineIds((5, 6, 7)), "/tmp/e.f32"), b"embed ids:5,6,7 /tmp/e.f32\n"),
         (
             Embed(InlineIds((5, 6, 7)), "/tmp/e.f32", (1, 2), "last"),
@@ -420,6 +422,7 @@ def test_generate_normalises_its_arguments() -> None:
         (lambda: Generate(InlineIds((1, 2)), 0), "n_gen must be in [1"),
         (lambda: Generate(InlineIds((1, 2)), 0, logprobs=1), "n_gen must be in [1"),
         (lambda: Generate(InlineIds((1, 2)), 1, prompt_logprobs=True), "needs logprobs"),
+        (lambda: Generate(InlineIds((1, 2)), 1, lookup=2), "lookup"),  # type: ignore[arg-type]
         (lambda: Generate(InlineIds((1, 2)), -1, logprobs=1, prompt_logprobs=True), "n_gen"),
         (lambda: Generate(InlineIds((1,)), 1, logprobs=1, prompt_logprobs=2),  # type: ignore[arg-type]
          "prompt_logprobs"),

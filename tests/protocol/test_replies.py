@@ -283,6 +283,17 @@ def test_generate_summary() -> None:
     assert parse_reply_line(summary.to_reply().encode()) == summary.to_reply()
 
 
+def test_generate_summary_of_a_speculative_request() -> None:
+    reply = parse_reply_line(
+        "ok generate n_prompt=3 n_gen=9 finish=length prefill_ms=1.0 decode_ms=8.0 spec=lookup "
+        "draft_steps=2 draft_proposed=15 draft_accepted=7 draft_ms=0.0"
+    )
+    assert isinstance(reply, OkReply)
+    summary = GenerateSummary.from_reply(reply)
+    assert (summary.spec, summary.draft_accepted, summary.acceptance_length) == ("lookup", 7, 4.5)
+    assert GenerateSummary.from_reply(summary.to_reply()) == summary
+
+
 @pytest.mark.parametrize(
     ("line", "reason"),
     [

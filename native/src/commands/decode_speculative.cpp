@@ -22,14 +22,15 @@ double ms_since(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & emitter, Batch & batch,
-                        SpecCounters & counters, bool propose) {
+                        SpecCounters & counters, const SpecChoice & choice) {
     llama_context * ctx = session.engine.context.get();
     llama_memory_t memory = llama_get_memory(ctx);
     LiveSequence & live = session.live;
     Speculator & spec = session.spec;
     DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
-    OracleProposer * oracle = spec.oracle();
+    OracleProposer * oracle = choice.oracle ? spec.oracle() : nullptr;
     const int32_t block = spec.block_size();
+    LookupBudget budget;
 
     std::vector<llama_token> proposals;
     std::vector<int32_t> committed;  // for the oracle: the live tokens plus `last`
@@ -41,18 +42,27 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     while (true) {
         const llama_pos n = live.size();  // where `last` goes
         // A step commits at most k + 1 tokens; never propose past what may be written.
-        const int32_t k = propose ? std::max(0, std::min(block - 1, emitter.remaining() - 1)) : 0;
+        const int32_t room = std::max(0, std::min(block - 1, emitter.remaining() - 1));
         proposals.clear();
-        if (k > 0 && draft != nullptr) {
-            const auto t_draft = std::chrono::steady_clock::now();
-            draft->propose(last, n, k, proposals);
-            counters.draft_ms += ms_since(t_draft);
-        }
-        if (k > 0 && oracle != nullptr) {
+        bool looked_up = false;
+        if (room > 0 && (choice.lookup || oracle != nullptr)) {
             committed = live.tokens();
             committed.push_back(last);
-            oracle->propose(committed, k, proposals);  // replaces the draft's, if it ran
         }
+        if (room > 0 && choice.lookup && budget.propose_now()) {
+            propose_from_context(committed, room, session.opts.lookup_min, proposals);
+            looked_up = !proposals.empty();
+        }
+        if (room > 0 && !looked_up && choice.draft && draft != nullptr) {
+            const auto t_draft = std::chrono::steady_clock::now();
+            draft->propose(last, n, room, proposals);
+            counters.draft_ms += ms_since(t_draft);
+        }
+        if (room > 0 && oracle != nullptr) {
+            oracle->propose(committed, room, proposals);  // replaces the others', if they ran
+            looked_up = false;
+        }
+        const auto k = static_cast<int32_t>(std::min<size_t>(proposals.size(), static_cast<size_t>(room)));
 
         batch.clear();
         batch.add(last, n, /*want_logits =*/true);
@@ -98,6 +108,9 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             const auto t_ingest = std::chrono::steady_clock::now();
             draft->ingest(ctx, 0, kept, n);
             counters.draft_ms += ms_since(t_ingest);
+        }
+        if (looked_up) {
+            budget.update(k, static_cast<int32_t>(accepted));
         }
         if (k > 0) {
             ++counters.steps;

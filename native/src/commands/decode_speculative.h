@@ -1,10 +1,12 @@
-// The speculative decode loop of `generate` and `restore` in the qwen35 role
-// (PROTOCOL.md 5.9): a proposer (the DFlash draft, or the benchmark-only oracle) guesses
-// the next tokens, the target checks them all in one decode, and the longest agreeing
-// prefix is committed. The proposers are engine/speculative.h's Speculator.
+// The speculative decode loop of `generate` and `restore` (PROTOCOL.md 5.9): a proposer
+// (prompt lookup, the DFlash draft, or the benchmark-only oracle) guesses the next
+// tokens, the target checks them all in one decode, and the longest agreeing prefix is
+// committed. The proposers are engine/speculative.h's Speculator and engine/lookup.h.
 //
 // One step, with `last` the picked token the target has not decoded yet, at position n:
-//   1. propose d1..dk (k <= block - 1, and no more than the request may still write);
+//   1. propose d1..dk (k <= block - 1, and no more than the request may still write):
+//      prompt lookup first when the request runs it, the draft when lookup found no
+//      match, the oracle in place of either; k may be 0 (nothing to propose);
 //   2. decode [last, d1..dk] at n..n+k in one batch with logits for every row;
 //   3. pick from row 0, 1, ... with the request's own TokenPicker, exactly as the
 //      autoregressive loop picks from each step's logits; each pick is written at once;
@@ -39,11 +41,12 @@ class TokenPicker;
 class Batch;
 
 // Decodes from the live sequence (prompt prefilled, its logits current) until the
-// emitter says stop, speculatively. Adds this request's counters to `counters`. Without
-// `propose`, every step decodes the last token alone, as autoregressive decoding does
-// (no proposals, no verify steps counted), while the draft still ingests each committed
-// position so that its cache stays complete for the requests after.
+// emitter says stop, speculatively with the proposers `choice` names. Adds this
+// request's counters to `counters`. With none, every step decodes the last token alone,
+// as autoregressive decoding does (no verify steps counted), while an attached draft
+// still ingests each committed position so that its cache stays complete for the
+// requests after.
 void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & emitter, Batch & batch,
-                        SpecCounters & counters, bool propose);
+                        SpecCounters & counters, const SpecChoice & choice);
 
 }  // namespace lucerna

@@ -1,7 +1,7 @@
 // generate <ids> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F]
 //          [pres_pen=P] [rep_window=N] [seed=S] [stop=ID,ID,...] [ignore_eos=0|1]
 //          [grammar=<text>] [json_schema=<text>] [snap=L:S] [reuse=0|1] [marks=L,...]
-//          [logprobs=K] [prompt_logprobs=0|1]
+//          [logprobs=K] [prompt_logprobs=0|1] [lookup=0|1]
 //
 // Starts from the longest prefix of the prompt whose state the daemon holds (or, with
 // reuse=0, from an empty sequence), prefills the rest in chunks, then decodes one token
@@ -35,7 +35,7 @@ namespace {
 const char * const kUsage =
     "generate <ids:...|path> <n_gen> [temp=T] [top_k=K] [top_p=P] [min_p=P] [rep_pen=R] [freq_pen=F] "
     "[pres_pen=P] [rep_window=N] [seed=S] [stop=ID,...] [ignore_eos=0|1] [grammar=<text>] [json_schema=<text>] [snap=L:S] "
-    "[reuse=0|1] [marks=L,...] [logprobs=K] [prompt_logprobs=0|1] [seq=S]";
+    "[reuse=0|1] [marks=L,...] [logprobs=K] [prompt_logprobs=0|1] [lookup=0|1] [seq=S]";
 
 // Besides the marks and the prompt's end, a checkpoint every this many chunks of a
 // long prefill, so that a prompt diverging inside a long stretch nobody marked still
@@ -122,7 +122,8 @@ std::string summary_line(const char * command, const GenerationSummary & summary
         reply.add("snap_slot", req.snap_slot).add("snap_pos", req.snap_pos);
     }
     if (summary.spec != nullptr) {
-        reply.add("draft_steps", summary.spec->steps)
+        reply.add("spec", summary.choice.name())
+            .add("draft_steps", summary.spec->steps)
             .add("draft_proposed", summary.spec->proposed)
             .add("draft_accepted", summary.spec->accepted)
             .add_ms("draft_ms", summary.spec->draft_ms);
@@ -135,7 +136,7 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
     const bool is_generate = cmd.name == "generate";
     std::vector<std::string_view> keys = {"temp", "top_k", "top_p", "min_p", "rep_pen", "freq_pen", "pres_pen",
                                      "rep_window", "seed", "stop", "ignore_eos", "grammar", "json_schema", "snap",
-                                          "logprobs", "seq"};
+                                          "logprobs", "seq", "lookup"};
     if (is_generate) {
         keys.insert(keys.end(), {"reuse", "marks", "prompt_logprobs"});
     }
@@ -193,7 +194,15 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
             req.seq = parse_seq(session, value);
         } else if (key == "prompt_logprobs") {
             req.prompt_logprobs = parse_bool01("prompt_logprobs", value);
+        } else if (key == "lookup") {
+            req.lookup = parse_bool01("lookup", value) ? 1 : 0;
         }
+    }
+    if (req.lookup == 1 && session.opts.lookup == DaemonOptions::Lookup::kOff) {
+        // Its context has no room for a verify block (nor, on a hybrid, the recurrent
+        // copies a rollback needs).
+        throw ProtocolError(ErrorCode::kUnsupported,
+                            "lookup=1 needs a daemon started with --lookup=opt-in or --lookup=on");
     }
     if (req.prompt_logprobs && req.logprobs < 0) {
         throw ProtocolError(ErrorCode::kBadArgs,
@@ -265,6 +274,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     TokenEmitter emitter(session, req, cancelled);
     SpecCounters spec_counters;
     const bool speculative = spec.active();
+    const SpecChoice choice = spec.choose(req.lookup, /*propose =*/req.logprobs < 0);
 
     bool snapped = false;
     const auto t_prefill = std::chrono::steady_clock::now();
@@ -353,8 +363,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             // whether the daemon has a draft: verify rows round differently from a
             // single-token decode (PROTOCOL.md 5.9) until the engine's kernels are
             // batch-invariant (issue 21).
-            decode_speculative(session, picker, emitter, batch, spec_counters,
-                               /*propose =*/req.logprobs < 0);
+            decode_speculative(session, picker, emitter, batch, spec_counters, choice);
         } else {
             while (true) {
                 const float * logits = live.last_logits(ctx);
@@ -390,6 +399,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         summary.decode_ms = decode_ms;
         summary.snapped = snapped;
         summary.spec = speculative ? &spec_counters : nullptr;
+        summary.choice = choice;
         return summary_line(command, summary, req);
     } catch (...) {
         // A failed decode leaves the sequence in a state we no longer know: start over.

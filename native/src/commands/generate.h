@@ -41,6 +41,9 @@ struct GenerateRequest {
     // before the generated tokens' (PROTOCOL.md 5.1); it starts from an empty sequence,
     // since held state has no logits for the positions it covers. n_gen may then be 0.
     bool prompt_logprobs = false;
+    // lookup=0|1: prompt lookup off or on for this request (PROTOCOL.md 5.9); -1: the
+    // daemon's --lookup default. 1 needs a daemon started with --lookup=opt-in or on.
+    int32_t lookup = -1;
 };
 
 // Parses `<ids> <n_gen> [options]` given as words. Validation order: option values,
@@ -72,6 +75,7 @@ struct GenerationSummary {
     double decode_ms = 0.0;
     bool snapped = false;
     const SpecCounters * spec = nullptr;  // a speculative generation's counters (5.9)
+    SpecChoice choice;                    // and the proposers it ran
 };
 std::string summary_line(const char * command, const GenerationSummary & summary, const GenerateRequest & req);
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "daemon/placement_flags.h"
+#include "engine/lookup.h"
 #include "wire/constants.h"
 #include "wire/errors.h"
 #include "wire/numbers.h"
@@ -130,6 +131,19 @@ const Flag kFlags[] = {
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          opts.oracle_accept = flag_real(flag, value, 1.0, static_cast<double>(kMaxDraftBlock));
      }},
+    {"--lookup",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "off" && value != "opt-in" && value != "on") {
+             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be off, opt-in or on");
+         }
+         opts.lookup = value == "off"      ? DaemonOptions::Lookup::kOff
+                       : value == "opt-in" ? DaemonOptions::Lookup::kOptIn
+                                           : DaemonOptions::Lookup::kOn;
+     }},
+    {"--lookup-min",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.lookup_min = static_cast<int32_t>(flag_int(flag, value, 1, kMaxLookupMatch));
+     }},
     {"--flash-attn",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          if (value != "auto" && value != "on" && value != "off") {
@@ -228,7 +242,10 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
         throw ProtocolError(ErrorCode::kBadFlag, "--oracle-accept only applies with --draft-oracle");
     }
     if (opts.draft_block_size != 0 && !opts.speculative()) {
-        throw ProtocolError(ErrorCode::kBadFlag, "--draft-block-size only applies with --draft or --draft-oracle");
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft-block-size only applies with --draft, --draft-oracle or --lookup");
+    }
+    if (opts.lookup_min != kDefaultLookupMin && opts.lookup == DaemonOptions::Lookup::kOff) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--lookup-min only applies with --lookup=opt-in or on");
     }
     if (opts.one_channel && opts.stream_fd >= 0) {
         throw ProtocolError(ErrorCode::kBadFlag, "--channel=stdout carries the stream on stdout; drop --stream-fd");

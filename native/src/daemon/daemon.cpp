@@ -49,16 +49,20 @@ int take_protocol_fd() {
     return fd;
 }
 
-// Speculative decoding is the qwen35 role's (PROTOCOL.md 5.9). Resolves the block size
-// (the draft's dflash.block_size unless --draft-block-size says otherwise; 16 for the
-// oracle alone) and the oracle's target, so that everything after startup can rely on
+// Speculative decoding (PROTOCOL.md 5.9): the draft and the oracle are the qwen35 role's,
+// prompt lookup any target's. Resolves the block size (the draft's dflash.block_size
+// unless --draft-block-size says otherwise; 16 for the oracle or lookup alone) and the oracle's target, so that everything after startup can rely on
 // opts.draft_block_size. Throws bad_flag, or what reading the draft's header throws.
 void resolve_speculation(Role role, const std::string & arch, DaemonOptions & opts) {
     if (!opts.speculative()) {
         return;
     }
-    if (role != Role::kQwen35) {
+    const bool drafted = !opts.draft_path.empty() || !opts.oracle_path.empty();
+    if (drafted && role != Role::kQwen35) {
         throw ProtocolError(ErrorCode::kBadFlag, "--draft and --draft-oracle are served by the qwen35 role");
+    }
+    if (!role_info(role).generates) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--lookup is for a target role (qwen35, laguna)");
     }
     static const char * const kDraftTargets[] = {"qwen35", "qwen35moe", "qwen3", "llama"};
     if (!opts.draft_path.empty() &&
@@ -70,7 +74,7 @@ void resolve_speculation(Role role, const std::string & arch, DaemonOptions & op
     if (opts.parallel > 1) {
         // Draft and verify are not batched across sequences yet (PROTOCOL.md 9.5).
         throw ProtocolError(ErrorCode::kBadFlag, "speculative decoding serves one sequence at a time; "
-                                                 "drop --parallel or --draft/--draft-oracle");
+                                                 "drop --parallel or --draft/--draft-oracle/--lookup");
     }
     if (opts.draft_block_size == 0) {
         opts.draft_block_size = opts.draft_path.empty() ? 16 : DflashDraft::read_block_size(opts.draft_path);
@@ -137,6 +141,9 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
     if (spec.configured()) {
         add("spec", spec.kind());
         add("draft_block", std::to_string(spec.block_size()));
+        if (spec.lookup() != DaemonOptions::Lookup::kOff) {
+            add("lookup", spec.lookup() == DaemonOptions::Lookup::kOn ? "on" : "opt-in");
+        }
     }
     return line;
 }

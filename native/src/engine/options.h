@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/lookup.h"
 #include "wire/constants.h"
 
 namespace lucerna {
@@ -82,8 +83,16 @@ struct DaemonOptions {
     int32_t draft_block_size = 0;
     std::string oracle_path;       // --draft-oracle: benchmark-only transcript proposer
     double oracle_accept = 0.0;    // --oracle-accept: mean acceptance length it aims at; 0: block
+    // --lookup=off|opt-in|on: prompt lookup (engine/lookup.h), any target role. opt-in
+    // and on ready the context for verify steps (as a draft does); on also makes
+    // lookup=1 the default of `generate` and `restore`.
+    enum class Lookup { kOff, kOptIn, kOn };
+    Lookup lookup = Lookup::kOff;
+    int32_t lookup_min = kDefaultLookupMin;  // --lookup-min: shortest match that proposes
 
-    bool speculative() const { return !draft_path.empty() || !oracle_path.empty(); }
+    // Whether the daemon may decode speculatively, so its context is sized for a verify
+    // block (and a hybrid target keeps the recurrent copies a rollback needs).
+    bool speculative() const { return !draft_path.empty() || !oracle_path.empty() || lookup != Lookup::kOff; }
 };
 
 // Splits "HOST:PORT" (port 1..65535, host non-empty). Returns false if malformed.

@@ -19,11 +19,38 @@ Speculator::Speculator(const DaemonOptions & opts, int32_t n_vocab) : opts_(opts
     }
 }
 
-const char * Speculator::kind() const {
-    if (!opts_.draft_path.empty()) {
-        return oracle_ ? "dflash+oracle" : "dflash";
+namespace {
+
+std::string joined(bool dflash, bool oracle, bool lookup) {
+    std::string name;
+    for (const auto & [on, part] : {std::pair{dflash, "dflash"}, std::pair{oracle, "oracle"}, std::pair{lookup, "lookup"}}) {
+        if (on) {
+            name += (name.empty() ? "" : "+") + std::string(part);
+        }
     }
-    return oracle_ ? "oracle" : "";
+    return name;
+}
+
+}  // namespace
+
+std::string SpecChoice::name() const {
+    const std::string name = joined(draft, oracle, lookup);
+    return name.empty() ? "none" : name;
+}
+
+std::string Speculator::kind() const {
+    return joined(!opts_.draft_path.empty(), oracle_ != nullptr, opts_.lookup != DaemonOptions::Lookup::kOff);
+}
+
+SpecChoice Speculator::choose(int32_t lookup, bool propose) const {
+    SpecChoice choice;
+    if (!propose) {
+        return choice;
+    }
+    choice.draft = draft_ && draft_->attached();
+    choice.oracle = oracle_ != nullptr;
+    choice.lookup = lookup == 1 || (lookup == -1 && opts_.lookup == DaemonOptions::Lookup::kOn);
+    return choice;
 }
 
 const char * Speculator::draft_state() const {

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "engine/draft.h"
+#include "engine/lookup.h"
 #include "engine/oracle.h"
 
 namespace lucerna {
@@ -34,6 +36,18 @@ struct SpecCounters {
     }
 };
 
+// Which proposers one generation runs (all off for a request with logprobs, which
+// decodes without proposals, and for lookup=0 on a daemon with nothing else).
+struct SpecChoice {
+    bool draft = false;
+    bool oracle = false;
+    bool lookup = false;
+
+    bool any() const { return draft || oracle || lookup; }
+    // The reply's spec=: "dflash", "oracle", "lookup" joined by '+', or "none".
+    std::string name() const;
+};
+
 // What the daemon speculates with: the draft model (loaded, parked, or none) and the
 // oracle. Built before the ready line, so a bad draft or transcript is a startup error.
 class Speculator {
@@ -44,8 +58,10 @@ public:
 
     bool configured() const { return opts_.speculative(); }
     int32_t block_size() const { return opts_.draft_block_size; }
-    // "dflash", "oracle", "dflash+oracle" or "" (the ready line's spec=).
-    const char * kind() const;
+    // The ready line's spec=: "dflash", "oracle" and "lookup" joined by '+' in that
+    // order ("dflash+oracle", "dflash+lookup", ...), or "" when not speculating.
+    std::string kind() const;
+    DaemonOptions::Lookup lookup() const { return opts_.lookup; }
 
     // The draft state as park reports it: "absent", "parked" or "ready".
     const char * draft_state() const;
@@ -63,8 +79,12 @@ public:
     void detach();
     void attach(llama_context * target);
 
-    // Whether the next generation decodes speculatively.
-    bool active() const { return oracle_ || (draft_ && draft_->attached()); }
+    // Whether the next generation runs the speculative loop (decode_speculative): it
+    // then decides per request which proposers run (choose).
+    bool active() const { return oracle_ || (draft_ && draft_->attached()) || opts_.lookup != DaemonOptions::Lookup::kOff; }
+    // The proposers of a request that asked lookup=0|1 (-1: the daemon's default) and
+    // may (`propose`: no logprobs) or may not have proposals.
+    SpecChoice choose(int32_t lookup, bool propose) const;
 
     SpecCounters totals;
 
