@@ -132,6 +132,8 @@ class DaemonLaunch:
     alone)."""
     lookup: str | None = None
     """Prompt lookup (PROTOCOL.md 5.9): ``"opt-in"`` or ``"on"``; None: off."""
+    deterministic: bool = False
+    """``--deterministic=on``: batch-invariant kernels (PROTOCOL.md section 1)."""
     extra_args: tuple[str, ...] = ()
     # Prepended to argv, e.g. ("ssh", "host") or ("ip", "netns", "exec", "h2").
     launcher: tuple[str, ...] = ()
@@ -202,6 +204,10 @@ class DaemonLaunch:
             ("rpc-listen", self.rpc_listen),
             ("draft", self.draft),
             ("draft-block-size", self.draft_block_size),
+            ("deterministic", "on" if self.deterministic else None),
+            # The mode needs each sequence's cells in solo order: one KV stream each
+            # (PROTOCOL.md section 1); n_ctx is already n_ctx per sequence times parallel.
+            ("kv-unified", "off" if self.deterministic and (self.parallel or 1) > 1 else None),
             ("lookup", self.lookup),
             ("keepalive-ms", self.keepalive_ms if self.channel == "stdout" else None),
         )

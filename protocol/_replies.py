@@ -176,6 +176,12 @@ class ReadyInfo:
         return frozenset(int(v) for v in raw.split(",") if _INT.fullmatch(v))
 
     @property
+    def deterministic(self) -> bool:
+        """Whether the daemon decodes with batch-invariant kernels (``deterministic=1``,
+        section 1's ``--deterministic``); False when absent."""
+        return self.fields.get("deterministic") == "1"
+
+    @property
     def parallel(self) -> int:
         """How many sequences may generate at once (``parallel=``, section 9); 1 when absent."""
         raw = self.fields.get("parallel", "1")

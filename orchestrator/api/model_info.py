@@ -247,6 +247,10 @@ def props(model: ServedModel, registry: ModelRegistry,
         # llama-server's slots are our sequences: requests that generate at once.
         "total_slots": model.parallel,
         "parallel": model.parallel,
+        # Batch-invariant decoding (--deterministic): what the running daemon reports,
+        # else what the model is configured with.
+        "deterministic": (ready.deterministic if ready is not None
+                          else model.launch.deterministic),
         "parallel_choice": model.parallel_status,
         "chat_template": None if template is None else template.source,
         "chat_template_source": None if template is None else (

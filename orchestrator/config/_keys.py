@@ -150,6 +150,14 @@ class ModelKeys:
     DRAFT_BLOCK_SIZE = Setting("draft_block_size", int, "give the tokens per verify step, "
                                "e.g. 16, or leave it out for the draft's own block size",
                                low=2, high=64)
+    DETERMINISTIC = Setting(
+        "deterministic", bool, "write deterministic = true for batch-invariant decoding "
+        "(greedy tokens the same however requests are batched, chunked, restored or "
+        "speculated), or false for the engine's fastest kernels", default=False,
+        shown="off", flag="--deterministic",
+        help="batch-invariant decoding: every kernel computes a token's row the same way "
+        "whatever the batch, so greedy output does not depend on batching, prefill chunks, "
+        "prefix-cache restores or speculative decoding (docs/deterministic.md gives the cost)")
     LOOKUP = Setting(
         "lookup", str, 'write "off", "opt-in" (a request may ask for it with "lookup": true) '
         'or "on" (every request unless it says "lookup": false)', default="off",

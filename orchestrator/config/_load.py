@@ -315,6 +315,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         raise table.error("draft_block_size", "is set without a draft or lookup",
                           "add draft = \"<draft.gguf>\" or lookup = \"opt-in\", or remove "
                           "draft_block_size")
+    deterministic = table.read(keys.DETERMINISTIC)
     extra = table.read(keys.EXTRA_ARGS)
     for arg in extra or ():
         if arg.split("=", 1)[0] in ("--draft-oracle", "--oracle-accept"):
@@ -366,6 +367,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         slots=slots,
         draft=draft,
         draft_block_size=block,
+        deterministic=deterministic,
         lookup=lookup,
         extra_args=extra or (),
         launcher=launcher or (),

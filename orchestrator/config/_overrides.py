@@ -32,7 +32,8 @@ SERVER_FLAGS = (ServerKeys.HOST, ServerKeys.PORT, ServerKeys.SHUTDOWN_TIMEOUT,
 """Flags that replace their ``[server]`` key."""
 MODEL_FLAGS = (ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
                ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, ModelKeys.MAX_OUTPUT_TOKENS,
-               ModelKeys.EMBEDDINGS, ModelKeys.LOOKUP)
+               ModelKeys.EMBEDDINGS, ModelKeys.LOOKUP,
+               ModelKeys.DETERMINISTIC)
 """Flags that set their ``[[models]]`` key for every model served."""
 BOUNDED_FLAGS = tuple(s for s in (*SERVER_FLAGS, *MODEL_FLAGS, RestartKeys.MAX_FAILURES)
                       if s.low is not None)
@@ -70,6 +71,8 @@ class Overrides:
     """The ``--prefill-*`` flags (PFlash); they apply to every model served."""
     embeddings: str | None = None
     """``--embeddings``: the pooling with which every model served answers embeddings."""
+    deterministic: bool | None = None
+    """``--deterministic``: batch-invariant decoding for every model served."""
     lookup: str | None = None
     """``--lookup``: prompt lookup (off, opt-in, on) for every model served."""
 
@@ -93,6 +96,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                     ModelKeys.DRAFT, ModelKeys.LOOKUP):
         add_flag(parser, setting)
     add_flag(parser, ModelKeys.EMBEDDINGS, nargs="?", const="mean")
+    add_flag(parser, ModelKeys.DETERMINISTIC, action="store_true")
     for setting in (ServerKeys.CACHE_RAM_MIB, ServerKeys.KV_CACHE_DIR,
                     ServerKeys.KV_CACHE_DIR_MIB):
         add_flag(parser, setting)

@@ -123,6 +123,8 @@ class ModelSettings:
     alone)."""
     lookup: str = ModelKeys.LOOKUP.default
     """Prompt lookup: ``off``, ``opt-in`` (per request) or ``on`` (per request opt-out)."""
+    deterministic: bool = ModelKeys.DETERMINISTIC.default
+    """Batch-invariant kernels (``--deterministic=on``, docs/deterministic.md)."""
     extra_args: tuple[str, ...] = ()
     launcher: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)

@@ -26,8 +26,9 @@ What equality holds was measured on this CPU build (issue 21 item 3), with logpr
   measured to hold: logprobs within ``TOL / 2`` of the solo ones, and greedy tokens
   equal to the solo ones up to the first position where the solo run's two best tokens
   are less than ``TOL`` apart (where a rounding may flip them; the test then stops
-  comparing that sequence). Exact equality needs batch-invariant kernels (issue 21 item
-  2). For gemma3 it checks that every sequence completes.
+  comparing that sequence). Exact equality needs the batch-invariant kernels of
+  ``--deterministic=on``, where tests/native/test_deterministic.py asserts it on every
+  model, gemma3 included. For gemma3 this module checks that every sequence completes.
 """
 
 from __future__ import annotations

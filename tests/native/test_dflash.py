@@ -2,12 +2,15 @@
 
 Losslessness is checked token for token against autoregressive decoding of the same
 target. That comparison needs the engine's batched and single-token arithmetic to agree:
-on CPU a verify batch and an autoregressive step round differently with F16 weights or
-flash attention (up to ~3e-3 on a logit, enough to flip a near-tie now and then), so
-the exactness tests run an F32 copy of the qwen35 test model (``qwen35f32``, written by
-lucerna-mkmodels on request) with an F32 KV cache and flash attention off, where the two
-agree to ~1e-6. On the default F16 model the tests check what holds there: the tokens
-do not depend on the proposals (draft, oracle at any acceptance length).
+with the defaults, on CPU, a verify batch and an autoregressive step round differently
+(up to ~3e-3 on a logit with F16 weights, enough to flip a near-tie now and then), so
+the exactness tests run in the deterministic mode (``EXACT``: ``--deterministic=on``,
+batch-invariant kernels, where the two are bit for bit the same), on an F32 copy of the
+qwen35 test model (``qwen35f32``, written by lucerna-mkmodels on request) with an F32 KV
+cache and flash attention off, the setting these tests used before the mode (alone it
+made the two agree to ~1e-6, not exactly). On the default F16 model the tests check what
+holds there: the tokens do not depend on the proposals (draft, oracle at any acceptance
+length); tests/native/test_deterministic.py checks the F16 model in the mode.
 
 The test draft has random weights, so its proposals are almost never accepted; the
 oracle (benchmark-only, a daemon flag) proposes from recorded transcripts at a chosen
@@ -28,7 +31,7 @@ from typing import Any
 import pytest
 
 ONE_THREAD = "--threads=1"  # see test_snapshots.py
-EXACT = ("--kv-type=f32", "--flash-attn=off")
+EXACT = ("--kv-type=f32", "--flash-attn=off", "--deterministic=on")
 N_PROMPTS = 50
 N_GEN = 20
 

@@ -1,9 +1,10 @@
 """Prefix reuse and snapshot files (PROTOCOL.md 5.10) on real daemons.
 
-Equality with a generation from an empty sequence is checked with the F32 KV cache and
-flash attention off (``EXACT``), the setting PROTOCOL.md 5.10 names: there the test
-models' F16 kernels compute a position the same way in a batch of one (decode) and in
-a prefill chunk, so reuse cannot flip a near-tie. Each model is one kind of memory the
+Equality with a generation from an empty sequence is checked in the deterministic mode
+(``EXACT``: ``--deterministic=on``, with the F32 KV cache and flash attention off these
+tests used before it), the setting PROTOCOL.md 5.10 names: there every kernel computes
+a position the same way in a batch of one (decode) and in a prefill chunk, so reuse
+cannot flip a near-tie. Each model is one kind of memory the
 daemon must cut back exactly: qwen3 (attention only: cut anywhere), qwen35 (Gated
 DeltaNet recurrent state: checkpoints), laguna (mixture of experts with a sliding
 window: checkpoints of the window cache).
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-EXACT = ("--kv-type=f32", "--flash-attn=off")
+EXACT = ("--kv-type=f32", "--flash-attn=off", "--deterministic=on")
 ONE_THREAD = "--threads=1"
 ROLE = {"qwen3": "qwen35", "qwen35": "qwen35", "laguna": "laguna"}
 

@@ -99,6 +99,7 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
         n_gpu_layers = 0
         chunk = 64
         slots = 2
+        deterministic = true
         extra_args = ["--seed=7"]
         launcher = ["nice", "-n", "5"]
         env = { A = "1" }
@@ -132,6 +133,7 @@ def test_every_key_reaches_its_setting(tmp_path: Path) -> None:
     assert model.path == str(tmp_path / "models" / "m.gguf")  # relative to the file
     assert (model.role, model.n_ctx, model.threads, model.n_gpu_layers, model.chunk,
             model.slots) == ("qwen35", 512, 2, 0, 64, 2)
+    assert model.deterministic is True
     assert model.extra_args == ("--seed=7",)
     assert model.launcher == ("nice", "-n", "5")
     assert model.env == {"A": "1"}
@@ -152,6 +154,7 @@ MODEL = '[[models]]\nname = "m"\npath = "default"\n'
     (MODEL + 'n_ctx = "4k"\n', "models[0] (m).n_ctx", "expected an integer >= 16"),
     (MODEL + "n_ctx = true\n", "models[0] (m).n_ctx", "expected an integer"),
     (MODEL + "queue_limit = -1\n", "models[0] (m).queue_limit", ">= 0"),
+    (MODEL + 'deterministic = "on"\n', "models[0] (m).deterministic", "expected true or false"),
     (MODEL + 'role = "pflash"\n', "models[0] (m).role", "not a target daemon role"),
     (MODEL + "extra_args = \"--seed=1\"\n", "models[0] (m).extra_args", "list of"),
     (MODEL + "env = { A = 1 }\n", "models[0] (m).env", "must be a string"),
@@ -239,13 +242,14 @@ def test_per_model_and_server_flags_override_the_file() -> None:
     base = config_of(("a", DEFAULT_MODEL_PATH), ("b", DEFAULT_MODEL_PATH))
     config = apply_overrides(base, Overrides(
         host="0.0.0.0", port=1234, api_keys=("k",), shutdown_timeout=3, max_body_bytes=2048,
-        n_ctx=512, queue_limit=1, max_output_tokens=9, restart_max_failures=2))
+        n_ctx=512, queue_limit=1, max_output_tokens=9, restart_max_failures=2,
+        deterministic=True))
     assert (config.server.host, config.server.port, config.server.api_keys,
             config.server.shutdown_timeout, config.server.max_body_bytes) == (
         "0.0.0.0", 1234, ("k",), 3, 2048)
     for model in config.models:
         assert (model.n_ctx, model.threads, model.queue_limit, model.max_output_tokens,
-                model.restart.max_failures) == (512, 3, 1, 9, 2)
+                model.restart.max_failures, model.deterministic) == (512, 3, 1, 9, 2, True)
 
 
 @pytest.mark.parametrize(("flags", "flag"), [
@@ -265,11 +269,14 @@ def test_models_get_their_daemon_and_roles_must_fit(
 ) -> None:
     qwen3 = str(test_models["qwen3"])
     config = parse_config({"models": [{"name": "q", "path": qwen3, "launcher": ["nice"],
-                                       "env": {"A": "1"}, "max_output_tokens": 5}]})
+                                       "env": {"A": "1"}, "max_output_tokens": 5,
+                                       "deterministic": True}]})
     (model,) = build_models(config, native)
     assert model.launch.role.name == "qwen35"
     assert model.launch.executable == native.binary("qwen35")
-    assert model.launch.argv(stream_fd=None)[:2] == ["nice", str(native.binary("qwen35"))]
+    argv = model.launch.argv(stream_fd=None)
+    assert argv[:2] == ["nice", str(native.binary("qwen35"))]
+    assert "--deterministic=on" in argv
     assert model.launch.env == {"A": "1"}
     assert model.max_output_tokens == 5
     wrong = parse_config({"models": [{"name": "q", "path": qwen3, "role": "laguna"}]},

@@ -3,7 +3,9 @@
 The front end runs here; the model "far" runs on host "far", a network namespace
 reached over a veth by ssh (tests/_netns.py), on one channel (PROTOCOL.md 10). "near"
 is the same model on this machine ("far-batched" the same on "far" with --parallel 2,
-protocol 2). Greedy chat gives the same tokens on all; cutting
+protocol 2). Greedy chat gives the same tokens on all (all three run in the deterministic
+mode, so a resumed stream's re-prefill computes what the uninterrupted decode did, and
+far-batched, alone on its lane, its solo tokens; PROTOCOL.md 1 and 9.4); cutting
 the link mid-generation ends the request with a clean error within the link timeout,
 the model is ``unreachable`` meanwhile (503 at once), and it serves again, with the
 same tokens, once the link is back.
@@ -60,6 +62,7 @@ name = "near"
 path = "{default_model}"
 n_ctx = 2048
 threads = 1
+deterministic = true
 
 [[models]]
 name = "far"
@@ -67,6 +70,7 @@ path = "{default_model}"
 host = "far"
 n_ctx = 2048
 threads = 1
+deterministic = true
 
 [[models]]
 name = "far-batched"
@@ -75,6 +79,7 @@ host = "far"
 n_ctx = 4096
 parallel = 2
 threads = 1
+deterministic = true
 """)
     srv = LucernaServer(workdir / "serve.log", "--config", str(config))
     try:

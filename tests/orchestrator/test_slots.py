@@ -3,13 +3,14 @@
 What equality holds (issue 21 item 3; measured by tests/native/test_batching.py and
 PROTOCOL.md 9.4): a request that runs alone on any slot of a ``--parallel N`` daemon
 gets exactly the tokens of a ``--parallel 1`` daemon, under the default settings. Requests
-decoded *together* do not, under any setting the server has: the CPU kernels round a
-matmul row differently beside other rows. On the F16 test models logprobs stay within a
+decoded *together* do not with the defaults (these tests run them): the CPU kernels round
+a matmul row differently beside other rows. On the F16 test models logprobs stay within a
 few thousandths of a nat of the solo ones, so greedy text agrees except after a position
 where the solo run's two best tokens are that close. The tests here assert exactly that
 (``assert_near_solo``), through the HTTP API: the solo runs are the same requests sent
 one at a time to the same server, which is exact by the first fact. Bit-identical
-concurrent decoding needs batch-invariant kernels (issue 21 item 2).
+concurrent decoding is the deterministic mode's (``deterministic = true``), asserted on
+the daemon by tests/native/test_deterministic.py.
 """
 
 from __future__ import annotations

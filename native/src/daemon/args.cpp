@@ -151,6 +151,13 @@ const Flag kFlags[] = {
          }
          opts.flash_attn = value == "auto" ? -1 : value == "on" ? 1 : 0;
      }},
+    {"--deterministic",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         if (value != "on" && value != "off") {
+             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be on or off");
+         }
+         opts.deterministic = value == "on";
+     }},
     {"--kv-type",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          if (value != "f16" && value != "f32" && value != "bf16" && value != "q8_0") {
@@ -242,6 +249,12 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
     }
     if (opts.one_channel && opts.stream_fd >= 0) {
         throw ProtocolError(ErrorCode::kBadFlag, "--channel=stdout carries the stream on stdout; drop --stream-fd");
+    }
+    if (opts.deterministic && opts.parallel > 1 && !opts.kv_split) {
+        // In the shared pool a sequence's cells sit wherever there is room, so attention
+        // could visit them in another order than a solo run: one stream per sequence.
+        throw ProtocolError(ErrorCode::kBadFlag, "--deterministic=on with --parallel above 1 needs --kv-unified=off "
+                                                 "(one KV stream per sequence, its cells in solo order)");
     }
     if (opts.n_threads == 0) {
         opts.n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));

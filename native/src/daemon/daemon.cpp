@@ -132,6 +132,9 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
     add("engine", LUCERNA_ENGINE_NAME);
     add("version", LUCERNA_VERSION);
     add("capabilities", caps);
+    if (engine.deterministic) {
+        add("deterministic", "1");
+    }
     if (!identity.empty()) {
         add("state_id", state_id(identity));
     }

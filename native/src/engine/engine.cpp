@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "engine/dead_peer.h"
@@ -17,6 +18,20 @@ namespace lucerna {
 namespace {
 
 bool quiet_progress(float /*progress*/, void * /*user_data*/) { return true; }
+
+// The engine's batch-invariance switch (native/engine-patches/0201-*): each backend
+// reads it when it is created, i.e. with every llama_context (ours, the draft's, the
+// scorer's). Set or cleared from the flag alone, so an inherited environment cannot
+// turn the mode on behind the ready line's back.
+constexpr const char * kBatchInvariantEnv = "GGML_BATCH_INVARIANT";
+
+void select_kernels(bool deterministic) {
+    if (deterministic) {
+        ::setenv(kBatchInvariantEnv, "1", 1);
+    } else {
+        ::unsetenv(kBatchInvariantEnv);
+    }
+}
 
 std::string backend_of_device(ggml_backend_dev_t dev) {
     std::string name = ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev));
@@ -93,6 +108,8 @@ void Batch::add(llama_token token, llama_pos pos, bool want_logits, llama_seq_id
 LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, bool with_context) {
     LoadedModel loaded;
     loaded.arch = arch;
+    select_kernels(opts.deterministic);
+    loaded.deterministic = opts.deterministic;
 
     llama_model_params mparams = llama_model_default_params();
     mparams.n_gpu_layers = opts.n_gpu_layers;
@@ -125,6 +142,13 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     }
     loaded.n_ctx_seq = loaded.n_ctx;
     loaded.backend = detect_backend(loaded.model.get(), opts.n_gpu_layers);
+    if (opts.deterministic && with_context && loaded.backend != "cpu") {
+        // Patch 0201 makes the CPU kernels batch-invariant; the GPU backends' kernels
+        // still change with the batch, and the ready line must not claim otherwise.
+        throw ProtocolError(ErrorCode::kBadFlag, "--deterministic=on has batch-invariant kernels on the CPU backend "
+                                                 "only, and this model runs on " +
+                                                     loaded.backend + "; use --n-gpu-layers=0 or leave it off");
+    }
 
     if (with_context) {
         llama_context_params cparams = llama_context_default_params();

@@ -75,6 +75,7 @@ struct LoadedModel {
     // llama_get_argmax_ith): on for speculative daemons, whose greedy verify reads ids.
     bool output_argmax = false;
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
+    bool deterministic = false;  // --deterministic: batch-invariant kernels (select_kernels)
 };
 
 // Empties sequence `seq` of `ctx`. With one sequence (--parallel 1) that is the whole

@@ -68,6 +68,11 @@ struct DaemonOptions {
     // cache; speculative decoding's exactness tests turn both off (PROTOCOL.md 5.9).
     int32_t flash_attn = -1;  // llama_flash_attn_type: -1 auto, 0 off, 1 on
     std::string kv_type = "f16";
+    // --deterministic=on|off: batch-invariant kernels. Every kernel then computes a token's
+    // row the same way whatever else is in its batch (our engine patch 0201 switches the
+    // CPU backend to its reference paths), so greedy tokens do not depend on the prefill
+    // chunk, a verify block, other sequences or a restore (PROTOCOL.md section 1).
+    bool deterministic = false;
 
     // Speculative decoding (qwen35 role, PROTOCOL.md 5.9).
     std::string draft_path;        // --draft: DFlash draft GGUF; empty: none

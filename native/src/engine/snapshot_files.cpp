@@ -201,6 +201,10 @@ std::string state_identity(const DaemonOptions & opts, const std::string & backe
     id += ";engine=" LUCERNA_ENGINE_NAME ";backend=" + backend + ";n_ctx=" + std::to_string(n_ctx) +
           ";kv=" + opts.kv_type + ";flash_attn=" + std::to_string(opts.flash_attn) +
           ";chunk=" + std::to_string(opts.chunk);
+    if (opts.deterministic) {
+        // Other kernels, other numbers: a snapshot never crosses the mode.
+        id += ";deterministic=1";
+    }
     return id;
 }
 
