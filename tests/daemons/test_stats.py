@@ -30,6 +30,8 @@ def test_the_keys_are_those_of_section_5_3() -> None:
         "tokens_prompt",
         "tokens_generated",
         "cancelled",
+        "preempted",
+        "shared_prefixes",
         "rss_kb",
         "uptime_s",
         "parked",
