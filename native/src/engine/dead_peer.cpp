@@ -44,6 +44,19 @@ std::set<std::pair<uint32_t, uint16_t>> resolve(const std::vector<std::string> &
 
 }  // namespace
 
+std::vector<int> own_open_fds() {
+    std::vector<int> fds;
+    std::error_code ec;
+    for (const auto & entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+        char * end = nullptr;
+        const long fd = std::strtol(entry.path().filename().c_str(), &end, 10);
+        if (*end == '\0') {
+            fds.push_back(static_cast<int>(fd));
+        }
+    }
+    return fds;
+}
+
 bool detect_dead_peer(int fd, int timeout_ms) {
     const int on = 1;
     const int second = 1;
@@ -61,20 +74,14 @@ bool detect_dead_peer(int fd, int timeout_ms) {
 int detect_dead_rpc_peers(const std::vector<std::string> & endpoints, int timeout_ms) {
     const auto peers = resolve(endpoints);
     int set = 0;
-    std::error_code ec;
-    for (const auto & entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-        char * end = nullptr;
-        const long fd = std::strtol(entry.path().filename().c_str(), &end, 10);
-        if (*end != '\0') {
-            continue;
-        }
+    for (const int fd : own_open_fds()) {
         sockaddr_in peer{};
         socklen_t len = sizeof(peer);
-        if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr *>(&peer), &len) != 0 ||
-            peer.sin_family != AF_INET || peers.count({peer.sin_addr.s_addr, peer.sin_port}) == 0) {
+        if (::getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &len) != 0 || peer.sin_family != AF_INET ||
+            peers.count({peer.sin_addr.s_addr, peer.sin_port}) == 0) {
             continue;
         }
-        set += detect_dead_peer(static_cast<int>(fd), timeout_ms) ? 1 : 0;
+        set += detect_dead_peer(fd, timeout_ms) ? 1 : 0;
     }
     return set;
 }

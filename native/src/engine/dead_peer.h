@@ -11,6 +11,10 @@
 
 namespace lucerna {
 
+// This process's open file descriptors, read from /proc/self/fd: the engine opens its
+// RPC sockets itself and does not hand them out, so this is how we find them.
+std::vector<int> own_open_fds();
+
 // Sets the options on one socket; false if the kernel refused one.
 bool detect_dead_peer(int fd, int timeout_ms);
 

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <vector>
 
 #include "engine/dead_peer.h"
@@ -33,26 +32,20 @@ constexpr auto kListenTimeout = std::chrono::seconds(60);
 // other part of a shard opens sockets, so the port identifies them.
 std::vector<int> own_sockets_on_port(int port, bool listening) {
     std::vector<int> fds;
-    std::error_code ec;
-    for (const auto & entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-        char * end = nullptr;
-        const long fd = std::strtol(entry.path().filename().c_str(), &end, 10);
-        if (*end != '\0') {
-            continue;
-        }
+    for (const int fd : own_open_fds()) {
         int accepting = 0;
         socklen_t len = sizeof(accepting);
-        if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0) {
+        if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0) {
             continue;  // not a socket (or already closed)
         }
         sockaddr_in addr{};
         socklen_t addr_len = sizeof(addr);
-        if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr *>(&addr), &addr_len) != 0 ||
-            addr.sin_family != AF_INET || ntohs(addr.sin_port) != port) {
+        if (::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &addr_len) != 0 || addr.sin_family != AF_INET ||
+            ntohs(addr.sin_port) != port) {
             continue;
         }
         if ((accepting != 0) == listening) {
-            fds.push_back(static_cast<int>(fd));
+            fds.push_back(fd);
         }
     }
     return fds;
