@@ -19,7 +19,7 @@ namespace {
 
 bool quiet_progress(float /*progress*/, void * /*user_data*/) { return true; }
 
-// The engine's batch-invariance switch (native/engine-patches/0201-*): each backend
+// The engine's batch-invariance switch (native/engine-patches/0201-*, 0202-*): each backend
 // reads it when it is created, i.e. with every llama_context (ours, the draft's, the
 // scorer's). Set or cleared from the flag alone, so an inherited environment cannot
 // turn the mode on behind the ready line's back.
@@ -62,6 +62,17 @@ std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
         }
     }
     return "cpu";
+}
+
+// Backends whose kernels the engine patches make batch-invariant under
+// kBatchInvariantEnv: 0201 (CPU) and 0202 (CUDA). The ready line must not claim the mode
+// on any other (HIP, Metal, Vulkan...): their kernels still change with the batch.
+void refuse_variant_kernels(const std::string & backend) {
+    if (backend != "cpu" && backend != "cuda") {
+        throw ProtocolError(ErrorCode::kBadFlag, "--deterministic=on has batch-invariant kernels on the CPU and CUDA "
+                                                 "backends only, and this model runs on " +
+                                                     backend + "; use --n-gpu-layers=0 or leave it off");
+    }
 }
 
 }  // namespace
@@ -142,12 +153,8 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     }
     loaded.n_ctx_seq = loaded.n_ctx;
     loaded.backend = detect_backend(loaded.model.get(), opts.n_gpu_layers);
-    if (opts.deterministic && with_context && loaded.backend != "cpu") {
-        // Patch 0201 makes the CPU kernels batch-invariant; the GPU backends' kernels
-        // still change with the batch, and the ready line must not claim otherwise.
-        throw ProtocolError(ErrorCode::kBadFlag, "--deterministic=on has batch-invariant kernels on the CPU backend "
-                                                 "only, and this model runs on " +
-                                                     loaded.backend + "; use --n-gpu-layers=0 or leave it off");
+    if (opts.deterministic && with_context) {
+        refuse_variant_kernels(loaded.backend);
     }
 
     if (with_context) {
