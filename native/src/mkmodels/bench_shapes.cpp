@@ -203,11 +203,22 @@ void no_fill(ggml_tensor *, void *) {}
 // each layer's update is about 0.1-0.2 of the stream and the whole stack adds about as
 // much as the embedding holds.
 constexpr float kEmbeddingStddev = 1.0f;
-// The LM head reads the final norm's unit-scale output; 1/sqrt(n_embd) weights gave
-// logits of std 1 and a top logit near 4, where a trained model's top logit is about
-// 20-30 nats above the bulk. Six times that gives top logits near 26 and a median top-2
-// gap near one nat (measured in docs/benchmarks.md).
-constexpr float kOutputScale = 6.0f;
+// The LM head. Gaussian rows alone give logits of one std whose top two, out of 248320,
+// lie about 0.2 std apart (an exponential spread: many far closer), while CUDA and the
+// CPU round every matmul's activations differently (q8_1 against q8_K) by about a
+// percent of that std: near-ties every few tokens, whatever the head's scale, since the
+// difference scales with it. A trained model's top token stands clear of the rest. So
+// each head row is kHeadNoise std of its own plus the embedding row of one token scaled
+// to give a logit near kSuccessorLogit when the final hidden state points that token's
+// way: with the embedding dominating the stream, the token after t is mostly t's
+// successor (a fixed shift of whole pieces, below), several nats above the rest, and the
+// layers move every other logit by the context. Measured in docs/benchmarks.md.
+constexpr float kHeadNoise = 2.0f;
+constexpr float kSuccessorLogit = 16.0f;
+// Token t's successor is t - kSuccessorShift pieces (mod the whole pieces), so
+// successive greedy ids are far apart; 611 is coprime with 1217, the vocabulary's whole
+// pieces of 204 rows, so the walk visits them all.
+constexpr int64_t kSuccessorShift = 611;
 
 // How a bench-shape tensor is initialised: the test models' rule (weight_init_for),
 // with the 27B target's residual and head scales above.
@@ -223,7 +234,7 @@ WeightInit bench_weight_init(const Shape & shape, const ggml_tensor & tensor, in
     } else if (name == "token_embd.weight") {
         init.stddev = kEmbeddingStddev;
     } else if (name == "output.weight") {
-        init.stddev *= kOutputScale;
+        init.stddev *= kHeadNoise;
     }
     return init;
 }
@@ -237,6 +248,11 @@ struct Piece {
     int64_t row;
     int64_t n_rows;
     size_t pool_entry = 0;       // with --piece-pool: which pooled piece holds its bytes
+    // The 27B target's LM head: the embedding piece whose values this piece adds, times
+    // mirror_scale (kSuccessorLogit above); none elsewhere.
+    const ggml_tensor * mirror = nullptr;
+    int64_t mirror_row = 0;
+    float mirror_scale = 0.0f;
 };
 
 uint64_t splitmix64(uint64_t & state) {
@@ -267,8 +283,18 @@ void encode_piece(const Piece & piece, uint64_t seed, std::vector<float> & value
     const WeightInit & init = piece.init;
     // A piece's values depend on the tensor and its first row only, so the file is the
     // same whatever the thread count.
-    fill_random(values.data(), n, seed ^ fnv1a64(piece.tensor->name) ^ (static_cast<uint64_t>(piece.row) * 0x9e3779b97f4a7c15ULL),
-                init.mean, init.stddev);
+    const auto stream = [seed](const ggml_tensor * tensor, int64_t row) {
+        return seed ^ fnv1a64(tensor->name) ^ (static_cast<uint64_t>(row) * 0x9e3779b97f4a7c15ULL);
+    };
+    fill_random(values.data(), n, stream(piece.tensor, piece.row), init.mean, init.stddev);
+    if (piece.mirror != nullptr) {
+        // The very values the mirrored embedding piece was written from.
+        std::vector<float> mirrored(static_cast<size_t>(n));
+        fill_random(mirrored.data(), n, stream(piece.mirror, piece.mirror_row), 0.0f, kEmbeddingStddev);
+        for (int64_t i = 0; i < n; ++i) {
+            values[i] += piece.mirror_scale * mirrored[i];
+        }
+    }
     const size_t row_size = ggml_row_size(piece.type, n_per_row);
     bytes.resize(row_size * static_cast<size_t>(piece.n_rows));
     switch (piece.type) {
@@ -388,6 +414,13 @@ std::string write_bench_shape(const ShapeOptions & opts) {
 
     std::vector<Piece> pieces;
     uint64_t total_bytes = meta_size;
+    const auto embedding_entry = std::lower_bound(tensors.begin(), tensors.end(), std::string("token_embd.weight"),
+                                                  [](const auto & entry, const std::string & key) {
+                                                      return entry.first < key;
+                                                  });
+    const ggml_tensor * embedding = embedding_entry != tensors.end() && embedding_entry->first == "token_embd.weight"
+                                        ? embedding_entry->second
+                                        : nullptr;
     for (int64_t i = 0; i < gguf_get_n_tensors(saver.gguf_ctx); ++i) {
         const std::string name = gguf_get_tensor_name(saver.gguf_ctx, i);
         const ggml_tensor * tensor = std::lower_bound(tensors.begin(), tensors.end(), name,
@@ -402,6 +435,18 @@ std::string write_bench_shape(const ShapeOptions & opts) {
         const int64_t per_piece = std::max<int64_t>(1, (int64_t{1} << 20) / tensor->ne[0]);
         for (int64_t row = 0; row < rows; row += per_piece) {
             pieces.push_back({tensor, init, type, offset, row, std::min(per_piece, rows - row)});
+            if (name == "output.weight" && embedding != nullptr && embedding->ne[0] == tensor->ne[0] &&
+                shape.arch == LLM_ARCH_QWEN35 && row + per_piece <= rows) {
+                // Whole pieces only: the head's piece p carries embedding piece p + shift,
+                // so row r of it is the successor of token r + shift * per_piece.
+                const int64_t whole = rows / per_piece;
+                Piece & piece = pieces.back();
+                piece.mirror = embedding;
+                piece.mirror_row = ((row / per_piece + kSuccessorShift) % whole) * per_piece;
+                // logit = scale * e . h with |h| = sqrt(n_embd) and e . h near n_embd / sqrt(2)
+                // (the stream half embedding, half the layers' updates).
+                piece.mirror_scale = static_cast<float>(kSuccessorLogit * std::sqrt(2.0) / tensor->ne[0]);
+            }
         }
         total_bytes = std::max<uint64_t>(total_bytes, offset + gguf_get_tensor_size(saver.gguf_ctx, i));
     }
@@ -428,10 +473,12 @@ std::string write_bench_shape(const ShapeOptions & opts) {
         std::map<std::tuple<int, int64_t, int64_t, float, float, uint64_t, bool>, size_t> entries;
         for (auto & piece : pieces) {
             const WeightInit & init = piece.init;
-            // The LM head keeps distinct rows: pooled ones give many ids the very same
-            // logit, so the top of every distribution is an exact tie (the lowest id wins)
-            // and the gap to the runner-up, which parity checks read, is not there.
-            const bool distinct = std::strcmp(piece.tensor->name, "output.weight") == 0;
+            // The LM head and the embedding keep distinct rows: pooled head rows give
+            // many ids the very same logit, so the top of a distribution is an exact
+            // tie that CUDA and the CPU may break apart, and pooled embedding rows give
+            // many tokens the same successor (kSuccessorShift above).
+            const bool distinct = std::strcmp(piece.tensor->name, "output.weight") == 0 ||
+                                  std::strcmp(piece.tensor->name, "token_embd.weight") == 0;
             const uint64_t variant = distinct ? static_cast<uint64_t>(piece.row)
                                               : (fnv1a64(piece.tensor->name) ^ static_cast<uint64_t>(piece.row) * 0x9e3779b97f4a7c15ULL) %
                                                     static_cast<uint64_t>(opts.piece_pool);
