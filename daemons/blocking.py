@@ -26,9 +26,11 @@ from protocol import (
     ErrReply,
     Generate,
     InlineIds,
+    LogprobStreamReader,
     OkReply,
     ProtocolError,
     Quit,
+    TokenLogprobs,
     TokenStreamReader,
     parse_command,
     parse_reply_line,
@@ -84,6 +86,26 @@ class BlockingDaemon:
         if not isinstance(reply, OkReply) or reply.command != "generate":
             raise SystemExit(f"generate failed: {line}")
         return tokens, reply.fields
+
+    def generate_logprobs(self, prompt: list[int], n_gen: int,
+                          top_k: int) -> tuple[list[TokenLogprobs], dict[str, str]]:
+        """Greedy ``generate ... logprobs=top_k``, end-of-generation ignored: one record
+        per token (its id, log-probability and the ``top_k`` most likely) and the reply's
+        fields."""
+        self._write(Generate(InlineIds(tuple(prompt)), n_gen, ignore_eos=True, logprobs=top_k))
+        reader = LogprobStreamReader(top_k)
+        records: list[TokenLogprobs] = []
+        while not reader.finished:
+            data = self.stream.read1(_READ_SIZE)
+            if not data:
+                raise SystemExit(f"the daemon died: {' '.join(self.argv)}")
+            records.extend(reader.feed(data))
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        reply = parse_reply_line(line)
+        if not isinstance(reply, OkReply) or reply.command != "generate":
+            raise SystemExit(f"generate failed: {line}")
+        return records, reply.fields
 
     def close(self) -> None:
         try:

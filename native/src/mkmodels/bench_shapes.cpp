@@ -191,14 +191,68 @@ void add_padded_tokenizer(gguf_context * meta, const std::string & vocab_dir, u3
 
 void no_fill(ggml_tensor *, void *) {}
 
+// Residual-branch scale of the 27B target. Every branch (attention, Gated DeltaNet, FFN)
+// reads an RMS-normalised stream, so with the test models' init each layer added an
+// update about as large as the stream itself: the file was a deep random network in
+// which a rounding-level difference at layer 0 (CUDA's q8_1 activations against the
+// CPU's q8_K) grows into different greedy tokens from the first one on (issue 14 item
+// 4; docs/benchmarks.md, "Numerically sane 27B test weights"). A trained model's layers
+// each add a small update to a stream that its embedding starts at full scale. So: the
+// branches' output projections (attn_output, ssm_out, ffn_down) get GPT-2's
+// 1/sqrt(2 * n_layers), and the embedding rows unit values instead of 1/sqrt(n_embd), so
+// each layer's update is about 0.1-0.2 of the stream and the whole stack adds about as
+// much as the embedding holds.
+constexpr float kEmbeddingStddev = 1.0f;
+// The LM head. Gaussian rows alone give logits of one std whose top two, out of 248320,
+// lie about 0.2 std apart (an exponential spread: many far closer), while CUDA and the
+// CPU round every matmul's activations differently (q8_1 against q8_K) by about a
+// percent of that std: near-ties every few tokens, whatever the head's scale, since the
+// difference scales with it. A trained model's top token stands clear of the rest. So
+// each head row is kHeadNoise std of its own plus the embedding row of one token scaled
+// to give a logit near kSuccessorLogit when the final hidden state points that token's
+// way: with the embedding dominating the stream, the token after t is mostly t's
+// successor (a fixed shift of whole pieces, below), several nats above the rest, and the
+// layers move every other logit by the context. Measured in docs/benchmarks.md.
+constexpr float kHeadNoise = 2.0f;
+constexpr float kSuccessorLogit = 16.0f;
+// Token t's successor is t - kSuccessorShift pieces (mod the whole pieces), so
+// successive greedy ids are far apart; 611 is coprime with 1217, the vocabulary's whole
+// pieces of 204 rows, so the walk visits them all.
+constexpr int64_t kSuccessorShift = 611;
+
+// How a bench-shape tensor is initialised: the test models' rule (weight_init_for),
+// with the 27B target's residual and head scales above.
+WeightInit bench_weight_init(const Shape & shape, const ggml_tensor & tensor, int32_t n_layers) {
+    WeightInit init = weight_init_for(tensor);
+    if (shape.arch != LLM_ARCH_QWEN35) {
+        return init;
+    }
+    const std::string name = tensor.name;
+    if (ends_with(name, ".attn_output.weight") || ends_with(name, ".ssm_out.weight") ||
+        ends_with(name, ".ffn_down.weight")) {
+        init.stddev *= static_cast<float>(1.0 / std::sqrt(2.0 * n_layers));
+    } else if (name == "token_embd.weight") {
+        init.stddev = kEmbeddingStddev;
+    } else if (name == "output.weight") {
+        init.stddev *= kHeadNoise;
+    }
+    return init;
+}
+
 // One unit of work: `n_rows` rows of a tensor starting at `row`.
 struct Piece {
-    const ggml_tensor * tensor;  // the probe's tensor: name, shape, init
+    const ggml_tensor * tensor;  // the probe's tensor: name, shape
+    WeightInit init;
     ggml_type type;
     size_t file_offset;          // where row 0 of the tensor goes
     int64_t row;
     int64_t n_rows;
     size_t pool_entry = 0;       // with --piece-pool: which pooled piece holds its bytes
+    // The 27B target's LM head: the embedding piece whose values this piece adds, times
+    // mirror_scale (kSuccessorLogit above); none elsewhere.
+    const ggml_tensor * mirror = nullptr;
+    int64_t mirror_row = 0;
+    float mirror_scale = 0.0f;
 };
 
 uint64_t splitmix64(uint64_t & state) {
@@ -226,11 +280,21 @@ void encode_piece(const Piece & piece, uint64_t seed, std::vector<float> & value
     const int64_t n_per_row = piece.tensor->ne[0];
     const int64_t n = piece.n_rows * n_per_row;
     values.resize(static_cast<size_t>(n));
-    const WeightInit init = weight_init_for(*piece.tensor);
+    const WeightInit & init = piece.init;
     // A piece's values depend on the tensor and its first row only, so the file is the
     // same whatever the thread count.
-    fill_random(values.data(), n, seed ^ fnv1a64(piece.tensor->name) ^ (static_cast<uint64_t>(piece.row) * 0x9e3779b97f4a7c15ULL),
-                init.mean, init.stddev);
+    const auto stream = [seed](const ggml_tensor * tensor, int64_t row) {
+        return seed ^ fnv1a64(tensor->name) ^ (static_cast<uint64_t>(row) * 0x9e3779b97f4a7c15ULL);
+    };
+    fill_random(values.data(), n, stream(piece.tensor, piece.row), init.mean, init.stddev);
+    if (piece.mirror != nullptr) {
+        // The very values the mirrored embedding piece was written from.
+        std::vector<float> mirrored(static_cast<size_t>(n));
+        fill_random(mirrored.data(), n, stream(piece.mirror, piece.mirror_row), 0.0f, kEmbeddingStddev);
+        for (int64_t i = 0; i < n; ++i) {
+            values[i] += piece.mirror_scale * mirrored[i];
+        }
+    }
     const size_t row_size = ggml_row_size(piece.type, n_per_row);
     bytes.resize(row_size * static_cast<size_t>(piece.n_rows));
     switch (piece.type) {
@@ -350,6 +414,13 @@ std::string write_bench_shape(const ShapeOptions & opts) {
 
     std::vector<Piece> pieces;
     uint64_t total_bytes = meta_size;
+    const auto embedding_entry = std::lower_bound(tensors.begin(), tensors.end(), std::string("token_embd.weight"),
+                                                  [](const auto & entry, const std::string & key) {
+                                                      return entry.first < key;
+                                                  });
+    const ggml_tensor * embedding = embedding_entry != tensors.end() && embedding_entry->first == "token_embd.weight"
+                                        ? embedding_entry->second
+                                        : nullptr;
     for (int64_t i = 0; i < gguf_get_n_tensors(saver.gguf_ctx); ++i) {
         const std::string name = gguf_get_tensor_name(saver.gguf_ctx, i);
         const ggml_tensor * tensor = std::lower_bound(tensors.begin(), tensors.end(), name,
@@ -359,10 +430,23 @@ std::string write_bench_shape(const ShapeOptions & opts) {
         const ggml_type type = gguf_get_tensor_type(saver.gguf_ctx, i);
         const size_t offset = meta_size + gguf_get_tensor_offset(saver.gguf_ctx, i);
         const int64_t rows = ggml_nelements(tensor) / tensor->ne[0];
+        const WeightInit init = bench_weight_init(shape, *tensor, opts.target_layers);
         // About a million values per piece: enough work per pwrite, small buffers.
         const int64_t per_piece = std::max<int64_t>(1, (int64_t{1} << 20) / tensor->ne[0]);
         for (int64_t row = 0; row < rows; row += per_piece) {
-            pieces.push_back({tensor, type, offset, row, std::min(per_piece, rows - row)});
+            pieces.push_back({tensor, init, type, offset, row, std::min(per_piece, rows - row)});
+            if (name == "output.weight" && embedding != nullptr && embedding->ne[0] == tensor->ne[0] &&
+                shape.arch == LLM_ARCH_QWEN35 && row + per_piece <= rows) {
+                // Whole pieces only: the head's piece p carries embedding piece p + shift,
+                // so row r of it is the successor of token r + shift * per_piece.
+                const int64_t whole = rows / per_piece;
+                Piece & piece = pieces.back();
+                piece.mirror = embedding;
+                piece.mirror_row = ((row / per_piece + kSuccessorShift) % whole) * per_piece;
+                // logit = scale * e . h with |h| = sqrt(n_embd) and e . h near n_embd / sqrt(2)
+                // (the stream half embedding, half the layers' updates).
+                piece.mirror_scale = static_cast<float>(kSuccessorLogit * std::sqrt(2.0) / tensor->ne[0]);
+            }
         }
         total_bytes = std::max<uint64_t>(total_bytes, offset + gguf_get_tensor_size(saver.gguf_ctx, i));
     }
@@ -386,13 +470,20 @@ std::string write_bench_shape(const ShapeOptions & opts) {
     // a forward pass costs the same whatever the weights' values are.
     std::vector<Piece> pooled;  // the pieces that are encoded: all of them without a pool
     if (opts.piece_pool > 0) {
-        std::map<std::tuple<int, int64_t, int64_t, float, float, uint64_t>, size_t> entries;
+        std::map<std::tuple<int, int64_t, int64_t, float, float, uint64_t, bool>, size_t> entries;
         for (auto & piece : pieces) {
-            const WeightInit init = weight_init_for(*piece.tensor);
-            const uint64_t variant = (fnv1a64(piece.tensor->name) ^ static_cast<uint64_t>(piece.row) * 0x9e3779b97f4a7c15ULL) %
-                                     static_cast<uint64_t>(opts.piece_pool);
+            const WeightInit & init = piece.init;
+            // The LM head and the embedding keep distinct rows: pooled head rows give
+            // many ids the very same logit, so the top of a distribution is an exact
+            // tie that CUDA and the CPU may break apart, and pooled embedding rows give
+            // many tokens the same successor (kSuccessorShift above).
+            const bool distinct = std::strcmp(piece.tensor->name, "output.weight") == 0 ||
+                                  std::strcmp(piece.tensor->name, "token_embd.weight") == 0;
+            const uint64_t variant = distinct ? static_cast<uint64_t>(piece.row)
+                                              : (fnv1a64(piece.tensor->name) ^ static_cast<uint64_t>(piece.row) * 0x9e3779b97f4a7c15ULL) %
+                                                    static_cast<uint64_t>(opts.piece_pool);
             const auto key = std::make_tuple(static_cast<int>(piece.type), piece.tensor->ne[0], piece.n_rows,
-                                             init.mean, init.stddev, variant);
+                                             init.mean, init.stddev, variant, distinct);
             const auto [it, added] = entries.emplace(key, pooled.size());
             if (added) {
                 pooled.push_back(piece);
