@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from orchestrator.events import (
 from orchestrator.models import ServedModel
 from orchestrator.reasoning import ReasoningSplitter
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
-from protocol import GenerateSummary, PieceTable, TokenLogprobs
+from protocol import ErrorCode, GenerateSummary, PieceTable, TokenLogprobs
 
 __all__ = [
     "MAX_RECOVERIES",
@@ -66,6 +66,10 @@ log = logging.getLogger("lucerna.generation")
 
 MAX_RECOVERIES = 2
 RESTART_WAIT_S = 120.0
+CACHE_REFUSALS = frozenset({ErrorCode.SEQ_BUSY.value, ErrorCode.EMPTY_SLOT.value,
+                            ErrorCode.SNAPSHOT_MISMATCH.value, ErrorCode.BAD_SLOT.value})
+"""Refusals of a generation that only the prefix cache's choices (its sequence, its
+``snap=`` slot) can have earned: the request then runs again without the cache."""
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,7 @@ async def generate_events(
                 and not closed_by_budget)
 
     cache = model.prefix_cache
+    cold = False  # the daemon refused what the cache set up: run without it
     client = None
     # The prompt's records come before any generated token, so a daemon that dies
     # after they were yielded leaves nothing of them to redo.
@@ -298,40 +303,47 @@ async def generate_events(
                 break  # only the prompt's logprobs were asked for, and they are out
             client = await model.supervisor.wait_ready(RESTART_WAIT_S)
             prompt = request.prompt + generated
-            snap = await cache.before_generate(client, prompt, request.marks) if cache else None
-            stream = None
-            try:
-                async with client.generate(
-                    prompt, n_gen - len(generated), sampling=request.sampling,
-                    grammar=request.grammar,
-                    json_schema=request.json_schema,
-                    snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
-                    logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
-                    lookup=request.lookup,
-                ) as stream:
-                    on_started()
-                    if not prompt_scored:
-                        records = await stream.read_prompt_logprobs()
-                        prompt_scored = True
-                        scored = PromptLogprobs(tuple(_token_logprob(pieces, r) for r in records))
-                        model.observe(scored)
-                        yield scored
-                    async for token in stream:
-                        generated.append(token)
-                        if splitter is not None and splitter.reasoning:
-                            reasoning_tokens += 1
-                        if stream.logprobs is not None:
-                            yield _token_logprob(pieces, stream.logprobs)
-                        for event in visible(stops.feed(detokenizer.feed(token))):
-                            saw_tool_call |= isinstance(event, ToolCall)
-                            model.observe(event)
-                            yield event
-                        if stops.stopped or budget_spent():
-                            break
-            finally:
-                if cache:
-                    cache.after_generate(request.prompt, generated,
-                                         stream.summary if stream else None, snap)
+            use_cache = cache is not None and cache.enabled and not cold
+            sequence: AbstractAsyncContextManager[int | None] = (
+                cache.sequence(client, prompt) if cache is not None and use_cache
+                else nullcontext(None))
+            async with sequence as seq:
+                snap = (await cache.before_generate(client, prompt, request.marks, seq)
+                        if cache is not None and use_cache else None)
+                stream = None
+                try:
+                    async with client.generate(
+                        prompt, n_gen - len(generated), sampling=request.sampling,
+                        grammar=request.grammar,
+                        json_schema=request.json_schema,
+                        snap=snap, reuse=use_cache, marks=request.marks,
+                        logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
+                        lookup=request.lookup, seq=seq,
+                    ) as stream:
+                        on_started()
+                        if not prompt_scored:
+                            records = await stream.read_prompt_logprobs()
+                            prompt_scored = True
+                            scored = PromptLogprobs(
+                                tuple(_token_logprob(pieces, r) for r in records))
+                            model.observe(scored)
+                            yield scored
+                        async for token in stream:
+                            generated.append(token)
+                            if splitter is not None and splitter.reasoning:
+                                reasoning_tokens += 1
+                            if stream.logprobs is not None:
+                                yield _token_logprob(pieces, stream.logprobs)
+                            for event in visible(stops.feed(detokenizer.feed(token))):
+                                saw_tool_call |= isinstance(event, ToolCall)
+                                model.observe(event)
+                                yield event
+                            if stops.stopped or budget_spent():
+                                break
+                finally:
+                    if cache is not None and use_cache:
+                        cache.after_generate(request.prompt, generated,
+                                             stream.summary if stream else None, snap, seq)
             summary = stream.summary
             if budget_spent():
                 continue
@@ -357,6 +369,13 @@ async def generate_events(
         except DaemonReplyError as exc:
             if exc.code == "context_overflow":
                 raise ContextLengthError(exc.detail, param="messages") from exc
+            if exc.code in CACHE_REFUSALS and not cold and cache is not None and cache.enabled:
+                # Refused before it ran (nothing was streamed): never lose the request
+                # to the cache's bookkeeping, prefill it cold instead.
+                log.warning("model %s: the daemon refused the prefix cache's setup (%s); "
+                            "running this request without the cache", model.name, exc)
+                cold = True
+                continue
             raise
     if cache and client is not None:
         try:
