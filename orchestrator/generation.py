@@ -31,6 +31,7 @@ from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from daemons.client import DecodeOptions
 from daemons.errors import DaemonDiedError, DaemonReplyError
 from orchestrator.chat_template import message_boundaries
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
@@ -46,6 +47,7 @@ from orchestrator.events import (
     ToolCall,
 )
 from orchestrator.models import ServedModel
+from orchestrator.prefix_cache import CachePlan
 from orchestrator.reasoning import ReasoningSplitter
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
 from protocol import ErrorCode, GenerateSummary, PieceTable, TokenLogprobs
@@ -69,7 +71,9 @@ RESTART_WAIT_S = 120.0
 CACHE_REFUSALS = frozenset({ErrorCode.SEQ_BUSY.value, ErrorCode.EMPTY_SLOT.value,
                             ErrorCode.SNAPSHOT_MISMATCH.value, ErrorCode.BAD_SLOT.value})
 """Refusals of a generation that only the prefix cache's choices (its sequence, its
-``snap=`` slot) can have earned: the request then runs again without the cache."""
+``snap=`` or ``restore`` slot) can have earned: the request then runs again without the
+cache."""
+NO_CACHE = CachePlan(None, None, reuse=False, keep=False)
 
 
 @dataclass(frozen=True)
@@ -308,17 +312,23 @@ async def generate_events(
                 cache.sequence(client, prompt) if cache is not None and use_cache
                 else nullcontext(None))
             async with sequence as seq:
-                snap = (await cache.before_generate(client, prompt, request.marks, seq)
-                        if cache is not None and use_cache else None)
+                setup = (await cache.prepare(client, prompt, request.marks, seq)
+                        if cache is not None and use_cache else NO_CACHE)
                 stream = None
+                options: DecodeOptions = {
+                    "sampling": request.sampling, "grammar": request.grammar,
+                    "json_schema": request.json_schema, "snap": setup.snap,
+                    "logprobs": request.logprobs, "lookup": request.lookup, "seq": seq}
+                generate_options: DecodeOptions = {
+                    **options, "reuse": setup.reuse, "marks": request.marks,
+                    "prompt_logprobs": not prompt_scored}
                 try:
-                    async with client.generate(
-                        prompt, n_gen - len(generated), sampling=request.sampling,
-                        grammar=request.grammar,
-                        json_schema=request.json_schema,
-                        snap=snap, reuse=use_cache, marks=request.marks,
-                        logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
-                        lookup=request.lookup, seq=seq,
+                    # A slot's positions have no logits: prompt logprobs prefill it all.
+                    async with (
+                        client.restore(setup.restore, prompt, n_gen - len(generated), **options)
+                        if setup.restore is not None and prompt_scored else
+                        client.generate(prompt, n_gen - len(generated),
+                                        **generate_options)
                     ) as stream:
                         on_started()
                         if not prompt_scored:
@@ -343,7 +353,10 @@ async def generate_events(
                 finally:
                     if cache is not None and use_cache:
                         cache.after_generate(request.prompt, generated,
-                                             stream.summary if stream else None, snap, seq)
+                                             stream.summary if stream else None, setup.snap,
+                                             seq)
+                if cache is not None and setup.keep and stream.summary is not None:
+                    await cache.keep_sequence(client, seq)
             summary = stream.summary
             if budget_spent():
                 continue

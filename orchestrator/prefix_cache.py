@@ -63,10 +63,12 @@ from protocol import GenerateSummary, SnapshotInfo
 __all__ = [
     "DEFAULT_RAM_SHARE",
     "MAX_DEFAULT_RAM_BYTES",
+    "CachePlan",
     "CacheSettings",
     "CacheStats",
     "PrefixCache",
     "default_ram_bytes",
+    "kv_split",
 ]
 
 log = logging.getLogger("lucerna.cache")
@@ -117,6 +119,30 @@ class CacheStats:
     disk_loads: int = 0
     disk_rejected: int = 0
     """Files the daemon refused: another identity, truncated or corrupt."""
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """How a generation runs, as ``PrefixCache.prepare`` set it up."""
+
+    snap: tuple[int, int] | None
+    """``snap=L:S`` to ask for: keep the prompt's shared part in slot ``S``."""
+    restore: int | None
+    """Start from this slot (``restore``) instead of a ``generate``."""
+    reuse: bool
+    """``generate``'s ``reuse=``: start from what the daemon holds (5.10, 9.7)."""
+    keep: bool
+    """Call ``keep_sequence`` after the generation."""
+
+
+def kv_split(client: DaemonClient) -> bool:
+    """The daemon keeps one KV stream per sequence (``--kv-unified=off``, which
+    ``--deterministic=on`` with ``--parallel`` above 1 needs): the daemon's in-pool
+    sharing (9.7) copies part of one sequence into another, which the engine supports
+    only within one stream (it aborts the daemon otherwise), so such a daemon runs with
+    ``reuse=0``, and the cache carries every conversation across turns in slots:
+    snapshot after each generation, ``restore`` before the next."""
+    return isinstance(client, SlotClient) and "--kv-unified=off" in client.argv
 
 
 @dataclass
@@ -261,13 +287,18 @@ class PrefixCache:
     async def before_generate(self, client: DaemonClient, prompt: Sequence[int],
                               marks: Sequence[int], seq: int | None = None
                               ) -> tuple[int, int] | None:
+        """``prepare``'s ``snap``, for a daemon that shares in its pool (and tests)."""
+        return (await self.prepare(client, prompt, marks, seq)).snap
+
+    async def prepare(self, client: DaemonClient, prompt: Sequence[int],
+                      marks: Sequence[int], seq: int | None = None) -> CachePlan:
         """Get the daemon ready to reuse what it can of ``prompt`` on sequence ``seq``
-        (held with ``sequence``; None on a one-sequence daemon); returns the ``snap`` to
-        ask for (the shared prefix up to the first mark, when not cached yet)."""
+        (held with ``sequence``; None on a one-sequence daemon); says how to run it."""
         if not self.enabled:
-            return None
+            return CachePlan(None, None, reuse=False, keep=False)
         if client is not self._client:
             self.daemon_started(client)
+        split = kv_split(client)
         await self._free_stale(client)
         wanted = token_bytes(prompt)
         lane = self._lanes[seq or 0]
@@ -278,12 +309,17 @@ class PrefixCache:
             # conversation, and the daemon's own checkpoints serve it.
             await self._save_live(client, seq)
         # What the daemon can reuse without a snap: its sequences (this one's own, and
-        # the others' through 9.7) and the slots.
-        held = max(self._lanes.longest_common(wanted), self._held(wanted))
+        # the others' through 9.7) and the slots; with one KV stream per sequence, which
+        # runs with reuse=0, the slots alone.
+        held = max(0 if split else self._lanes.longest_common(wanted), self._held(wanted))
         lane.hold(wanted, len(prompt))  # the daemon holds (a prefix of) it from now on
         await self._load_from_disk(client, wanted, marks, held)
+        restore = self._longest(wanted) if split else None
+        if restore is not None:
+            restore.last_used = time.monotonic()  # LRU: not the next to go
         first = marks[0] if marks else 0
         shared = wanted[: first * 4]
+        snap = None
         # A snap caps what the daemon reuses at its position: ask only where nothing
         # held reaches past it.
         if (first >= MIN_SNAPSHOT_TOKENS and first > max(held, self._held(wanted))
@@ -291,8 +327,15 @@ class PrefixCache:
             async with self._claim_slot(client) as snap_slot:
                 if snap_slot is not None:
                     self._entries[snap_slot] = _Entry(snap_slot, shared, pending=True)
-                    return first, snap_slot
-        return None
+                    snap = first, snap_slot
+        return CachePlan(snap, None if restore is None else restore.slot, reuse=not split,
+                         keep=split and seq is not None)
+
+    async def keep_sequence(self, client: DaemonClient, seq: int | None) -> None:
+        """After a generation that ``prepare`` said to ``keep`` (still holding ``seq``):
+        snapshot what the sequence holds, so the conversation's next turn restores it."""
+        if self.enabled and client is self._client:
+            await self._save_live(client, seq)
 
     async def before_live_cleared(self, client: DaemonClient) -> None:
         """The daemon is about to clear its sequences (``embed``, PROTOCOL.md 5.11, 9.3):
@@ -363,6 +406,12 @@ class PrefixCache:
         await self._keep_budget(client)
 
     # --- internals -------------------------------------------------------------------
+
+    def _longest(self, wanted: bytes) -> _Entry | None:
+        """The filled slot holding the longest prefix of ``wanted``."""
+        return max((e for e in self._entries.values()
+                    if not e.pending and e.host_bytes and wanted.startswith(e.tokens)),
+                   key=lambda e: e.n_tokens, default=None)
 
     def _held(self, wanted: bytes) -> int:
         """The most tokens of ``wanted`` one slot holds."""
