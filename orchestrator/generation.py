@@ -312,8 +312,14 @@ async def generate_events(
                 cache.sequence(client, prompt) if cache is not None and use_cache
                 else nullcontext(None))
             async with sequence as seq:
-                setup = (await cache.prepare(client, prompt, request.marks, seq)
-                        if cache is not None and use_cache else NO_CACHE)
+                setup = NO_CACHE
+                if cache is not None and use_cache:
+                    try:
+                        setup = await cache.prepare(client, prompt, request.marks, seq)
+                    except DaemonReplyError as exc:
+                        # A slot command the daemon refused: this request runs cold.
+                        log.warning("model %s: the prefix cache could not prepare this "
+                                    "request (%s); prefilling it cold", model.name, exc)
                 stream = None
                 options: DecodeOptions = {
                     "sampling": request.sampling, "grammar": request.grammar,
@@ -356,7 +362,12 @@ async def generate_events(
                                              stream.summary if stream else None, setup.snap,
                                              seq)
                 if cache is not None and setup.keep and stream.summary is not None:
-                    await cache.keep_sequence(client, seq)
+                    try:
+                        await cache.keep_sequence(client, seq)
+                    except (DaemonDiedError, DaemonReplyError) as exc:
+                        # The generation is complete: nothing to resume, only less kept.
+                        log.warning("model %s: the prefix cache could not keep this "
+                                    "conversation: %s", model.name, exc)
             summary = stream.summary
             if budget_spent():
                 continue
