@@ -120,13 +120,20 @@ def system_tokens(server: LucernaServer, model: str) -> int:
     return int(response.json()["input_tokens"])
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_an_agent_conversation_reuses_its_history_with_four_sequences(
+@pytest.mark.parametrize("model", [*MODELS, "auto"])
+def test_an_agent_conversation_reuses_its_history_with_several_sequences(
         servers: tuple[LucernaServer, LucernaServer], model: str) -> None:
+    """Four sequences in the deterministic mode (one KV stream each: the cache restores
+    from slots), and the default parallel with the defaults (one pool: the daemon's own
+    sequences and 9.7 serve it)."""
     cached, cold = servers
     with_cache = converse(cached, model, "the pump overhaul", turns=8)
     without = converse(cold, model, "the pump overhaul", turns=8)
-    assert [a for a, _, _ in with_cache] == [a for a, _, _ in without]
+    if model in MODELS:
+        # Deterministic mode: token for token. "auto" runs with the defaults, where a
+        # reused state may round differently at a near-tie (test_prefix_cache.py): its
+        # reuse is checked, not its tokens.
+        assert [a for a, _, _ in with_cache] == [a for a, _, _ in without]
     assert all(c == 0 for _, _, c in without)
     # Turn 1 is new; every later turn reuses at least the previous turn's prompt, as
     # with one sequence (tests/orchestrator/test_prefix_cache.py).
