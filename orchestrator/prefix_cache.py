@@ -26,7 +26,8 @@ that sequence (``snapshot <slot> seq=S``, PROTOCOL.md 9.3), and the daemon's
 ``generate ... seq=S`` takes the longest of what S holds, a snapshot slot whose tokens
 start the prompt, or a prefix another sequence holds (9.7). So conversations that run
 at once share their system prompt in the pool, and ones that come later find it in a
-slot.
+slot. A daemon with one KV stream per sequence (the deterministic mode) cannot share in
+its pool; there the cache restores from slots itself (``kv_split``).
 
 Requests interleave at every ``await`` here (N at once, and the disk writer between
 them), so whatever a step claims it claims before it awaits: a slot being filled or
