@@ -336,7 +336,9 @@ class PrefixCache:
         """After a generation that ``prepare`` said to ``keep`` (still holding ``seq``):
         snapshot what the sequence holds, so the conversation's next turn restores it."""
         if self.enabled and client is self._client:
-            await self._save_live(client, seq)
+            # RAM only: the disk is searched at a prompt's marks and its whole length,
+            # and a turn's state (its prompt and reply) is neither of a later prompt.
+            await self._save_live(client, seq, to_disk=False)
 
     async def before_live_cleared(self, client: DaemonClient) -> None:
         """The daemon is about to clear its sequences (``embed``, PROTOCOL.md 5.11, 9.3):
@@ -432,7 +434,8 @@ class PrefixCache:
             finally:
                 self._reserved.discard(slot)
 
-    async def _save_live(self, client: DaemonClient, seq: int | None) -> None:
+    async def _save_live(self, client: DaemonClient, seq: int | None, *,
+                         to_disk: bool = True) -> None:
         """Snapshot what sequence ``seq`` holds into a slot, unless a slot has it."""
         lane = self._lanes[seq or 0]
         live = lane.tokens
@@ -460,7 +463,8 @@ class PrefixCache:
             entry = _Entry(slot, live[: info.n_tokens * 4], host_bytes=info.host_bytes)
             self._entries[slot] = entry
             self.stats.ram_bytes += info.host_bytes
-            self._queue_disk_write(client, entry)
+            if to_disk:
+                self._queue_disk_write(client, entry)
 
     async def _load_from_disk(self, client: DaemonClient, wanted: bytes, marks: Sequence[int],
                               best: int) -> None:

@@ -12,6 +12,8 @@ conversations included.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,6 +216,34 @@ def test_more_conversations_than_sequences_each_keep_their_prefix(
     after = httpx.get(f"{cached.base_url}/status").json()["models"][model]["prefix_cache"]
     assert after["ram_entries"] > before["ram_entries"]
     assert after["hits"] - before["hits"] >= 11
+
+
+def test_a_daemon_killed_between_turns_costs_the_conversation_nothing(
+        servers: tuple[LucernaServer, LucernaServer]) -> None:
+    """Deterministic mode (the cache snapshots each conversation after every turn): a
+    SIGKILL of the daemon between two turns loses the RAM tier; the next turn is served
+    on the restarted daemon with the cold run's answer, its system part from disk."""
+    cached, cold = servers
+    model = "qwen3"
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM + " Kill check."}]
+    for turn in range(3):
+        if turn == 2:
+            status = httpx.get(f"{cached.base_url}/status").json()["models"][model]
+            os.kill(status["pid"], signal.SIGKILL)
+        messages.append({"role": "user", "content": f"Turn {turn} of the kill check."})
+        body = chat(cached, model, messages)
+        assert body["choices"][0]["message"] == chat(cold, model, messages)["choices"][0]["message"]
+        usage = body["usage"]
+        n_cached = usage["prompt_tokens_details"]["cached_tokens"]
+        if turn == 1:
+            assert n_cached > usage["prompt_tokens"] - 30, usage
+        elif turn == 2:
+            # The disk is searched at the prompt's marks (the system part's end) and its
+            # whole length (docs/prefix-cache.md), as with one sequence.
+            assert n_cached >= 100, usage
+        messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+    after = httpx.get(f"{cached.base_url}/status").json()["models"][model]
+    assert after["pid"] != status["pid"] and after["prefix_cache"]["disk_loads"] >= 1
 
 
 def test_props_and_status_show_the_default_parallel_with_the_cache_on(
