@@ -16,7 +16,8 @@ Three tiers, one idea:
   hash of its tokens, under the daemon's ``state_id`` (the model file, engine build and
   every setting that changes the state), so a restarted daemon or server finds it. The
   daemon checks each file's identity and checksum when loading it; a file it refuses
-  is counted, logged and deleted. LRU by file time within a byte budget.
+  is counted, logged and deleted. LRU by file time within a byte budget
+  (``orchestrator.prefix_cache_disk``).
 
 A model with ``parallel = N`` (orchestrator/slots.py) runs up to N requests at once,
 each on its own daemon sequence, and the three tiers serve each as they serve one:
@@ -40,11 +41,8 @@ for the cache's sake runs again cold (orchestrator/generation.py).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import math
-import os
 import struct
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -57,6 +55,7 @@ import trio
 
 from daemons.client import DaemonClient
 from daemons.errors import DaemonDiedError, DaemonReplyError
+from orchestrator.prefix_cache_disk import SnapshotDir
 from orchestrator.prefix_cache_lanes import Lanes
 from orchestrator.slots import SlotClient
 from protocol import GenerateSummary, SnapshotInfo
@@ -80,7 +79,6 @@ MAX_DEFAULT_RAM_BYTES = 8 << 30
 """The default host-RAM budget is at most this (llama-server's ``--cache-ram`` default)..."""
 DEFAULT_RAM_SHARE = 4
 """...and at most 1/this of the memory available when the server starts."""
-_FILE_SUFFIX = ".lsnap"
 
 
 def default_ram_bytes() -> int:
@@ -163,19 +161,10 @@ class _Entry:
     def n_tokens(self) -> int:
         return len(self.tokens) // 4
 
-    @property
-    def key(self) -> str:
-        return prefix_key(self.tokens)
-
 
 def token_bytes(ids: Sequence[int]) -> bytes:
     """Token ids as int32 little-endian, the daemons' token file format."""
     return struct.pack(f"<{len(ids)}i", *ids)
-
-
-def prefix_key(tokens: bytes) -> str:
-    """The file name stem of a prefix: the hash of its tokens (int32 LE)."""
-    return hashlib.sha256(tokens).hexdigest()[:40]
 
 
 class PrefixCache:
@@ -188,7 +177,7 @@ class PrefixCache:
         self.stats = CacheStats()
         self._entries: dict[int, _Entry] = {}
         self._client: DaemonClient | None = None
-        self._state_dir: Path | None = None
+        self._disk: SnapshotDir | None = None
         self._lanes = Lanes()
         """What each daemon sequence holds (one, 0, on a one-sequence daemon)."""
         self._stale_slots: set[int] = set()
@@ -244,26 +233,26 @@ class PrefixCache:
         self._lanes.clear()
         self.stats.ram_bytes = 0
         state_id = client.ready.fields.get("state_id") if client.ready else None
-        self._state_dir = None
+        self._disk = None
         if self.settings.disk_dir is not None and state_id:
-            self._state_dir = self.settings.disk_dir / f"{self.model}-{state_id}"
-            self._state_dir.mkdir(parents=True, exist_ok=True)
-            for leftover in self._state_dir.glob(f"*{_FILE_SUFFIX}.tmp-*"):
-                leftover.unlink(missing_ok=True)  # a write a crash cut short
-            self.stats.disk_bytes = self._disk_usage()
+            self._disk = SnapshotDir(self.settings.disk_dir / f"{self.model}-{state_id}",
+                                     self.settings.disk_bytes)
+            self.stats.disk_bytes = self._disk.usage()
 
     async def run_disk_writer(self) -> None:
         """Write pinned snapshots to disk, one at a time, between requests (run in the
         server's nursery)."""
         async for client, entry in self._saves_recv:
             try:
-                if self._state_dir is None or self._entries.get(entry.slot) is not entry:
+                disk = self._disk
+                if disk is None or self._entries.get(entry.slot) is not entry:
                     continue
-                path = self._state_dir / f"{entry.key}{_FILE_SUFFIX}"
+                path = disk.path_of(entry.tokens)
                 if not path.exists():
                     await client.save_slot(entry.slot, path)
                     self.stats.disk_writes += 1
-                    self._trim_disk()
+                    self.stats.disk_bytes, removed = disk.trim()
+                    self.stats.evictions_disk += removed
             except (DaemonDiedError, DaemonReplyError, OSError) as exc:
                 log.warning("model %s: could not write a prefix snapshot to disk: %s",
                             self.model, exc)
@@ -468,19 +457,12 @@ class PrefixCache:
 
     async def _load_from_disk(self, client: DaemonClient, wanted: bytes, marks: Sequence[int],
                               best: int) -> None:
-        if self._state_dir is None:
+        if self._disk is None:
             return
-        hasher = hashlib.sha256()
-        hashed = 0
-        found: tuple[int, Path] | None = None
-        for mark in [*marks, len(wanted) // 4]:
-            if mark <= best or mark < MIN_SNAPSHOT_TOKENS:
-                continue
-            hasher.update(wanted[hashed * 4: mark * 4])
-            hashed = mark
-            path = self._state_dir / f"{hasher.copy().hexdigest()[:40]}{_FILE_SUFFIX}"
-            if path.exists():
-                found = (mark, path)
+        # Where snapshots are taken: the marks and whole prompts (a prefix ending
+        # elsewhere is never written, nor looked for).
+        ends = [m for m in [*marks, len(wanted) // 4] if m > best and m >= MIN_SNAPSHOT_TOKENS]
+        found = self._disk.find(wanted, ends)
         if found is None:
             return
         mark, path = found
@@ -495,8 +477,7 @@ class PrefixCache:
                             exc.detail)
                 path.unlink(missing_ok=True)
                 return
-            with contextlib.suppress(FileNotFoundError):  # the disk budget may have taken it
-                os.utime(path)  # LRU by file time
+            SnapshotDir.touch(path)
             self.stats.disk_loads += 1
             self._entries[slot] = _Entry(slot, wanted[: mark * 4], host_bytes=info.host_bytes)
             self.stats.ram_bytes += info.host_bytes
@@ -555,39 +536,10 @@ class PrefixCache:
             await self._evict(client, victim)
 
     def _queue_disk_write(self, client: DaemonClient, entry: _Entry) -> None:
-        if self._state_dir is None:
+        if self._disk is None:
             return
         entry.pinned = True
         self._saves_send.send_nowait((client, entry))
-
-    def _disk_files(self) -> list[Path]:
-        if self._state_dir is None:
-            return []
-        return list(self._state_dir.glob(f"*{_FILE_SUFFIX}"))
-
-    def _disk_stats(self) -> list[tuple[float, int, Path]]:
-        """(mtime, size, path) of every snapshot file; a file gone meanwhile is skipped."""
-        files = []
-        for path in self._disk_files():
-            with contextlib.suppress(FileNotFoundError):
-                st = path.stat()
-                files.append((st.st_mtime, st.st_size, path))
-        return files
-
-    def _disk_usage(self) -> int:
-        return sum(size for _, size, _ in self._disk_stats())
-
-    def _trim_disk(self) -> None:
-        files = self._disk_stats()
-        total = sum(size for _, size, _ in files)
-        if self.settings.disk_bytes:
-            for _, size, path in sorted(files):
-                if total <= self.settings.disk_bytes:
-                    break
-                path.unlink(missing_ok=True)
-                total -= size
-                self.stats.evictions_disk += 1
-        self.stats.disk_bytes = total
 
 
 async def _snapshot(client: DaemonClient, slot: int, seq: int | None) -> SnapshotInfo:
