@@ -113,6 +113,9 @@ class DecodeOptions(TypedDict, total=False):
     lookup: bool | None
     """Prompt lookup on or off for this request (PROTOCOL.md 5.9); None: the daemon's
     ``--lookup`` default. True needs a daemon started with ``--lookup=opt-in|on``."""
+    seq: int | None
+    """A ``--parallel`` daemon's sequence to run on, held with ``SlotClient.sequence``
+    (orchestrator/slots.py); None: any free one. A one-sequence client reads it not."""
 
 
 class DaemonClient:

@@ -27,10 +27,11 @@ import dataclasses
 import functools
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from daemons.client import DecodeOptions
 from daemons.errors import DaemonDiedError, DaemonReplyError
 from orchestrator.chat_template import message_boundaries
 from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
@@ -46,9 +47,10 @@ from orchestrator.events import (
     ToolCall,
 )
 from orchestrator.models import ServedModel
+from orchestrator.prefix_cache import CachePlan
 from orchestrator.reasoning import ReasoningSplitter
 from orchestrator.textstream import IncrementalDetokenizer, StopStringMatcher
-from protocol import GenerateSummary, PieceTable, TokenLogprobs
+from protocol import ErrorCode, GenerateSummary, PieceTable, TokenLogprobs
 
 __all__ = [
     "MAX_RECOVERIES",
@@ -66,6 +68,12 @@ log = logging.getLogger("lucerna.generation")
 
 MAX_RECOVERIES = 2
 RESTART_WAIT_S = 120.0
+CACHE_REFUSALS = frozenset({ErrorCode.SEQ_BUSY.value, ErrorCode.EMPTY_SLOT.value,
+                            ErrorCode.SNAPSHOT_MISMATCH.value, ErrorCode.BAD_SLOT.value})
+"""Refusals of a generation that only the prefix cache's choices (its sequence, its
+``snap=`` or ``restore`` slot) can have earned: the request then runs again without the
+cache."""
+NO_CACHE = CachePlan(None, None, reuse=False, keep=False)
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,12 @@ async def prepare_generation(model: ServedModel, generation: GenerationRequest,
         generation = await model.prefill.apply(
             generation, headers, target=model, tokenize=functools.partial(prompt_ids, model))
     completion_budget(model, generation)
+    if generation.prompt_logprobs and model.parallel > 1:
+        # The daemon scores a prompt in protocol 1 only (PROTOCOL.md 9.2: a batched
+        # prefill outputs one row per chunk), which a --parallel client does not speak.
+        raise BadRequestError(f"model {model.name!r} runs {model.parallel} sequences at once "
+                              "and cannot score the prompt (echo with logprobs); set "
+                              "parallel = 1 for it (or --parallel 1)", param="echo")
     if generation.lookup and model.launch.lookup is None:
         raise BadRequestError(f"model {model.name!r} serves no prompt lookup (its lookup "
                               'setting is "off"); leave lookup out, or set lookup = "opt-in" '
@@ -276,6 +290,7 @@ async def generate_events(
                 and not closed_by_budget)
 
     cache = model.prefix_cache
+    cold = False  # the daemon refused what the cache set up: run without it
     client = None
     # The prompt's records come before any generated token, so a daemon that dies
     # after they were yielded leaves nothing of them to redo.
@@ -298,40 +313,67 @@ async def generate_events(
                 break  # only the prompt's logprobs were asked for, and they are out
             client = await model.supervisor.wait_ready(RESTART_WAIT_S)
             prompt = request.prompt + generated
-            snap = await cache.before_generate(client, prompt, request.marks) if cache else None
-            stream = None
-            try:
-                async with client.generate(
-                    prompt, n_gen - len(generated), sampling=request.sampling,
-                    grammar=request.grammar,
-                    json_schema=request.json_schema,
-                    snap=snap, reuse=cache is not None and cache.enabled, marks=request.marks,
-                    logprobs=request.logprobs, prompt_logprobs=not prompt_scored,
-                    lookup=request.lookup,
-                ) as stream:
-                    on_started()
-                    if not prompt_scored:
-                        records = await stream.read_prompt_logprobs()
-                        prompt_scored = True
-                        scored = PromptLogprobs(tuple(_token_logprob(pieces, r) for r in records))
-                        model.observe(scored)
-                        yield scored
-                    async for token in stream:
-                        generated.append(token)
-                        if splitter is not None and splitter.reasoning:
-                            reasoning_tokens += 1
-                        if stream.logprobs is not None:
-                            yield _token_logprob(pieces, stream.logprobs)
-                        for event in visible(stops.feed(detokenizer.feed(token))):
-                            saw_tool_call |= isinstance(event, ToolCall)
-                            model.observe(event)
-                            yield event
-                        if stops.stopped or budget_spent():
-                            break
-            finally:
-                if cache:
-                    cache.after_generate(request.prompt, generated,
-                                         stream.summary if stream else None, snap)
+            use_cache = cache is not None and cache.enabled and not cold
+            sequence: AbstractAsyncContextManager[int | None] = (
+                cache.sequence(client, prompt) if cache is not None and use_cache
+                else nullcontext(None))
+            async with sequence as seq:
+                setup = NO_CACHE
+                if cache is not None and use_cache:
+                    try:
+                        setup = await cache.prepare(client, prompt, request.marks, seq)
+                    except DaemonReplyError as exc:
+                        # A slot command the daemon refused: this request runs cold.
+                        log.warning("model %s: the prefix cache could not prepare this "
+                                    "request (%s); prefilling it cold", model.name, exc)
+                stream = None
+                options: DecodeOptions = {
+                    "sampling": request.sampling, "grammar": request.grammar,
+                    "json_schema": request.json_schema, "snap": setup.snap,
+                    "logprobs": request.logprobs, "lookup": request.lookup, "seq": seq}
+                generate_options: DecodeOptions = {
+                    **options, "reuse": setup.reuse, "marks": request.marks,
+                    "prompt_logprobs": not prompt_scored}
+                try:
+                    # A slot's positions have no logits: prompt logprobs prefill it all.
+                    async with (
+                        client.restore(setup.restore, prompt, n_gen - len(generated), **options)
+                        if setup.restore is not None and prompt_scored else
+                        client.generate(prompt, n_gen - len(generated),
+                                        **generate_options)
+                    ) as stream:
+                        on_started()
+                        if not prompt_scored:
+                            records = await stream.read_prompt_logprobs()
+                            prompt_scored = True
+                            scored = PromptLogprobs(
+                                tuple(_token_logprob(pieces, r) for r in records))
+                            model.observe(scored)
+                            yield scored
+                        async for token in stream:
+                            generated.append(token)
+                            if splitter is not None and splitter.reasoning:
+                                reasoning_tokens += 1
+                            if stream.logprobs is not None:
+                                yield _token_logprob(pieces, stream.logprobs)
+                            for event in visible(stops.feed(detokenizer.feed(token))):
+                                saw_tool_call |= isinstance(event, ToolCall)
+                                model.observe(event)
+                                yield event
+                            if stops.stopped or budget_spent():
+                                break
+                finally:
+                    if cache is not None and use_cache:
+                        cache.after_generate(request.prompt, generated,
+                                             stream.summary if stream else None, setup.snap,
+                                             seq)
+                if cache is not None and setup.keep and stream.summary is not None:
+                    try:
+                        await cache.keep_sequence(client, seq)
+                    except (DaemonDiedError, DaemonReplyError) as exc:
+                        # The generation is complete: nothing to resume, only less kept.
+                        log.warning("model %s: the prefix cache could not keep this "
+                                    "conversation: %s", model.name, exc)
             summary = stream.summary
             if budget_spent():
                 continue
@@ -357,6 +399,13 @@ async def generate_events(
         except DaemonReplyError as exc:
             if exc.code == "context_overflow":
                 raise ContextLengthError(exc.detail, param="messages") from exc
+            if exc.code in CACHE_REFUSALS and not cold and cache is not None and cache.enabled:
+                # Refused before it ran (nothing was streamed): never lose the request
+                # to the cache's bookkeeping, prefill it cold instead.
+                log.warning("model %s: the daemon refused the prefix cache's setup (%s); "
+                            "running this request without the cache", model.name, exc)
+                cold = True
+                continue
             raise
     if cache and client is not None:
         try:

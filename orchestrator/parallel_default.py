@@ -17,9 +17,10 @@ while the others leave it room, and the daemon preempts when it runs short.
 (a quarter of available RAM by default) and other models; the cap keeps one
 request's decode pace from falling too far on a CPU (every step carries all N).
 
-A model with a draft or PFlash serves one request at a time, and so, for now, does one
-with the prefix cache on (the default: it drives sequence 0, issue 13 item 5); then
-``fits`` says what the rule gave (``config._build._parallel_choice``).
+A model with a draft, prompt lookup or PFlash serves one request at a time
+(``config._build._parallel_choice`` says why in ``source``). The prefix cache, on by
+default, does not hold ``parallel`` back: it serves every sequence
+(orchestrator/prefix_cache.py), so ``source`` is ``memory`` with it on or off.
 """
 
 from __future__ import annotations

@@ -16,23 +16,37 @@ Three tiers, one idea:
   hash of its tokens, under the daemon's ``state_id`` (the model file, engine build and
   every setting that changes the state), so a restarted daemon or server finds it. The
   daemon checks each file's identity and checksum when loading it; a file it refuses
-  is counted, logged and deleted. LRU by file time within a byte budget.
+  is counted, logged and deleted. LRU by file time within a byte budget
+  (``orchestrator.prefix_cache_disk``).
 
-Everything here runs inside a request's turn of the model's queue (one generation at a
-time), except the disk writes, which a background task makes between requests; a slot
-waiting to be written is pinned so eviction cannot reuse it meanwhile.
+A model with ``parallel = N`` (orchestrator/slots.py) runs up to N requests at once,
+each on its own daemon sequence, and the three tiers serve each as they serve one:
+the request's sequence is the free one that holds its conversation
+(``orchestrator.prefix_cache_lanes``), the conversation it replaces is snapshotted from
+that sequence (``snapshot <slot> seq=S``, PROTOCOL.md 9.3), and the daemon's
+``generate ... seq=S`` takes the longest of what S holds, a snapshot slot whose tokens
+start the prompt, or a prefix another sequence holds (9.7). So conversations that run
+at once share their system prompt in the pool, and ones that come later find it in a
+slot. A daemon with one KV stream per sequence (the deterministic mode) cannot share in
+its pool; there the cache restores from slots itself (``kv_split``).
+
+Requests interleave at every ``await`` here (N at once, and the disk writer between
+them), so whatever a step claims it claims before it awaits: a slot being filled or
+freed is reserved, a ``snap=`` slot stays pending until its generation ends, and a slot
+waiting to be written to disk is pinned; none of them can be evicted or reused
+meanwhile. Nothing a cache step fails at loses a request: the daemon checks every
+prefix it reuses, a refused snapshot is skipped, and a generation the daemon refuses
+for the cache's sake runs again cold (orchestrator/generation.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import math
-import os
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,15 +55,20 @@ import trio
 
 from daemons.client import DaemonClient
 from daemons.errors import DaemonDiedError, DaemonReplyError
-from protocol import GenerateSummary
+from orchestrator.prefix_cache_disk import SnapshotDir
+from orchestrator.prefix_cache_lanes import Lanes
+from orchestrator.slots import SlotClient
+from protocol import GenerateSummary, SnapshotInfo
 
 __all__ = [
     "DEFAULT_RAM_SHARE",
     "MAX_DEFAULT_RAM_BYTES",
+    "CachePlan",
     "CacheSettings",
     "CacheStats",
     "PrefixCache",
     "default_ram_bytes",
+    "kv_split",
 ]
 
 log = logging.getLogger("lucerna.cache")
@@ -60,7 +79,6 @@ MAX_DEFAULT_RAM_BYTES = 8 << 30
 """The default host-RAM budget is at most this (llama-server's ``--cache-ram`` default)..."""
 DEFAULT_RAM_SHARE = 4
 """...and at most 1/this of the memory available when the server starts."""
-_FILE_SUFFIX = ".lsnap"
 
 
 def default_ram_bytes() -> int:
@@ -102,6 +120,30 @@ class CacheStats:
     """Files the daemon refused: another identity, truncated or corrupt."""
 
 
+@dataclass(frozen=True)
+class CachePlan:
+    """How a generation runs, as ``PrefixCache.prepare`` set it up."""
+
+    snap: tuple[int, int] | None
+    """``snap=L:S`` to ask for: keep the prompt's shared part in slot ``S``."""
+    restore: int | None
+    """Start from this slot (``restore``) instead of a ``generate``."""
+    reuse: bool
+    """``generate``'s ``reuse=``: start from what the daemon holds (5.10, 9.7)."""
+    keep: bool
+    """Call ``keep_sequence`` after the generation."""
+
+
+def kv_split(client: DaemonClient) -> bool:
+    """The daemon keeps one KV stream per sequence (``--kv-unified=off``, which
+    ``--deterministic=on`` with ``--parallel`` above 1 needs): the daemon's in-pool
+    sharing (9.7) copies part of one sequence into another, which the engine supports
+    only within one stream (it aborts the daemon otherwise), so such a daemon runs with
+    ``reuse=0``, and the cache carries every conversation across turns in slots:
+    snapshot after each generation, ``restore`` before the next."""
+    return isinstance(client, SlotClient) and "--kv-unified=off" in client.argv
+
+
 @dataclass
 class _Entry:
     slot: int
@@ -111,24 +153,18 @@ class _Entry:
     last_used: float = field(default_factory=time.monotonic)
     pinned: bool = False
     """A disk write is pending: the slot must not be freed or reused."""
+    pending: bool = False
+    """A ``snap=`` of a running generation: the daemon fills the slot (or not) during
+    its prefill, and only its summary says which."""
 
     @property
     def n_tokens(self) -> int:
         return len(self.tokens) // 4
 
-    @property
-    def key(self) -> str:
-        return prefix_key(self.tokens)
-
 
 def token_bytes(ids: Sequence[int]) -> bytes:
     """Token ids as int32 little-endian, the daemons' token file format."""
     return struct.pack(f"<{len(ids)}i", *ids)
-
-
-def prefix_key(tokens: bytes) -> str:
-    """The file name stem of a prefix: the hash of its tokens (int32 LE)."""
-    return hashlib.sha256(tokens).hexdigest()[:40]
 
 
 class PrefixCache:
@@ -141,15 +177,13 @@ class PrefixCache:
         self.stats = CacheStats()
         self._entries: dict[int, _Entry] = {}
         self._client: DaemonClient | None = None
-        self._state_dir: Path | None = None
-        self._live: bytes = b""
-        """What the daemon's live sequence holds at most: the last request's prompt and
-        generated tokens (it holds a prefix of them)."""
-        self._live_prompt = 0
-        """Tokens of the last request's prompt."""
-        self._live_saved = False
+        self._disk: SnapshotDir | None = None
+        self._lanes = Lanes()
+        """What each daemon sequence holds (one, 0, on a one-sequence daemon)."""
         self._stale_slots: set[int] = set()
         """Slots a cancelled request may have filled without our knowing."""
+        self._reserved: set[int] = set()
+        """Slots a request is filling or freeing across an ``await``: not free."""
         self._saves_send, self._saves_recv = trio.open_memory_channel[tuple[DaemonClient, _Entry]](
             math.inf)
 
@@ -194,31 +228,31 @@ class PrefixCache:
         self._client = client
         self._entries.clear()
         self._stale_slots.clear()
-        self._live = b""
-        self._live_prompt = 0
-        self._live_saved = False
+        # A new set: a request still unwinding on the old daemon releases into the old one.
+        self._reserved = set()
+        self._lanes.clear()
         self.stats.ram_bytes = 0
         state_id = client.ready.fields.get("state_id") if client.ready else None
-        self._state_dir = None
+        self._disk = None
         if self.settings.disk_dir is not None and state_id:
-            self._state_dir = self.settings.disk_dir / f"{self.model}-{state_id}"
-            self._state_dir.mkdir(parents=True, exist_ok=True)
-            for leftover in self._state_dir.glob(f"*{_FILE_SUFFIX}.tmp-*"):
-                leftover.unlink(missing_ok=True)  # a write a crash cut short
-            self.stats.disk_bytes = self._disk_usage()
+            self._disk = SnapshotDir(self.settings.disk_dir / f"{self.model}-{state_id}",
+                                     self.settings.disk_bytes)
+            self.stats.disk_bytes = self._disk.usage()
 
     async def run_disk_writer(self) -> None:
         """Write pinned snapshots to disk, one at a time, between requests (run in the
         server's nursery)."""
         async for client, entry in self._saves_recv:
             try:
-                if self._state_dir is None or self._entries.get(entry.slot) is not entry:
+                disk = self._disk
+                if disk is None or self._entries.get(entry.slot) is not entry:
                     continue
-                path = self._state_dir / f"{entry.key}{_FILE_SUFFIX}"
+                path = disk.path_of(entry.tokens)
                 if not path.exists():
                     await client.save_slot(entry.slot, path)
                     self.stats.disk_writes += 1
-                    self._trim_disk()
+                    self.stats.disk_bytes, removed = disk.trim()
+                    self.stats.evictions_disk += removed
             except (DaemonDiedError, DaemonReplyError, OSError) as exc:
                 log.warning("model %s: could not write a prefix snapshot to disk: %s",
                             self.model, exc)
@@ -227,66 +261,108 @@ class PrefixCache:
 
     # --- per request -----------------------------------------------------------------
 
-    async def before_generate(self, client: DaemonClient, prompt: Sequence[int],
-                              marks: Sequence[int]) -> tuple[int, int] | None:
-        """Get the daemon ready to reuse what it can of ``prompt``; returns the ``snap``
-        to ask for (the shared prefix up to the first mark, when not cached yet)."""
-        if not self.enabled:
-            return None
+    def sequence(self, client: DaemonClient,
+                 prompt: Sequence[int]) -> AbstractAsyncContextManager[int | None]:
+        """Hold the daemon sequence a generation of ``prompt`` runs on, for the block:
+        on a ``--parallel`` daemon the free one that holds the most of its conversation
+        (``Lanes.choose``), to pass as ``generate``'s ``seq`` and to this cache's calls;
+        None on a one-sequence daemon."""
+        if not self.enabled or not isinstance(client, SlotClient):
+            return nullcontext(None)
         if client is not self._client:
             self.daemon_started(client)
-        for stale in sorted(self._stale_slots):
-            await self._free(client, stale)
-        self._stale_slots.clear()
         wanted = token_bytes(prompt)
-        live_common = _common_prefix_tokens(self._live, wanted)
-        if self._live and live_common < self._live_prompt:
-            # This request is another conversation (it leaves the last one before that
-            # one's prompt ended): keep the one the daemon holds first. A request that
+        return client.sequence(lambda free: self._lanes.choose(free, wanted))
+
+    async def before_generate(self, client: DaemonClient, prompt: Sequence[int],
+                              marks: Sequence[int], seq: int | None = None
+                              ) -> tuple[int, int] | None:
+        """``prepare``'s ``snap``, for a daemon that shares in its pool (and tests)."""
+        return (await self.prepare(client, prompt, marks, seq)).snap
+
+    async def prepare(self, client: DaemonClient, prompt: Sequence[int],
+                      marks: Sequence[int], seq: int | None = None) -> CachePlan:
+        """Get the daemon ready to reuse what it can of ``prompt`` on sequence ``seq``
+        (held with ``sequence``; None on a one-sequence daemon); says how to run it."""
+        if not self.enabled:
+            return CachePlan(None, None, reuse=False, keep=False)
+        if client is not self._client:
+            self.daemon_started(client)
+        split = kv_split(client)
+        await self._free_stale(client)
+        wanted = token_bytes(prompt)
+        lane = self._lanes[seq or 0]
+        if lane.tokens and not lane.continued_by(wanted):
+            # This request is another conversation (it leaves the one this sequence
+            # holds before that one's prompt ended): keep that one first. A request that
             # goes on from the last prompt, whatever it makes of the reply, is the same
             # conversation, and the daemon's own checkpoints serve it.
-            await self._save_live(client)
-        await self._load_from_disk(client, wanted, marks, max(live_common, self._held(wanted)))
+            await self._save_live(client, seq)
+        # What the daemon can reuse without a snap: its sequences (this one's own, and
+        # the others' through 9.7) and the slots; with one KV stream per sequence, which
+        # runs with reuse=0, the slots alone.
+        held = max(0 if split else self._lanes.longest_common(wanted), self._held(wanted))
+        lane.hold(wanted, len(prompt))  # the daemon holds (a prefix of) it from now on
+        await self._load_from_disk(client, wanted, marks, held)
+        restore = self._longest(wanted) if split else None
+        if restore is not None:
+            restore.last_used = time.monotonic()  # LRU: not the next to go
         first = marks[0] if marks else 0
         shared = wanted[: first * 4]
+        snap = None
         # A snap caps what the daemon reuses at its position: ask only where nothing
         # held reaches past it.
-        if (first >= MIN_SNAPSHOT_TOKENS and first > max(live_common, self._held(wanted))
+        if (first >= MIN_SNAPSHOT_TOKENS and first > max(held, self._held(wanted))
                 and not self._has(shared)):
-            snap_slot = await self._free_slot(client)
-            if snap_slot is not None:
-                self._entries[snap_slot] = _Entry(snap_slot, shared)
-                return first, snap_slot
-        return None
+            async with self._claim_slot(client) as snap_slot:
+                if snap_slot is not None:
+                    self._entries[snap_slot] = _Entry(snap_slot, shared, pending=True)
+                    snap = first, snap_slot
+        return CachePlan(snap, None if restore is None else restore.slot, reuse=not split,
+                         keep=split and seq is not None)
+
+    async def keep_sequence(self, client: DaemonClient, seq: int | None) -> None:
+        """After a generation that ``prepare`` said to ``keep`` (still holding ``seq``):
+        snapshot what the sequence holds, so the conversation's next turn restores it."""
+        if self.enabled and client is self._client:
+            # RAM only: the disk is searched at a prompt's marks and its whole length,
+            # and a turn's state (its prompt and reply) is neither of a later prompt.
+            await self._save_live(client, seq, to_disk=False)
 
     async def before_live_cleared(self, client: DaemonClient) -> None:
-        """The daemon is about to clear its live sequence (``embed``, PROTOCOL.md 5.11):
-        keep the conversation it holds in a slot, as before another conversation, then
-        forget it, so nothing here counts on state the daemon no longer has."""
+        """The daemon is about to clear its sequences (``embed``, PROTOCOL.md 5.11, 9.3):
+        keep the conversations they hold in slots, as before another conversation, then
+        forget them, so nothing here counts on state the daemon no longer has. (A
+        sequence still generating refuses its snapshot, ``seq_busy``: it is skipped.)"""
         if not self.enabled:
             return
         if client is not self._client:
             self.daemon_started(client)
-        await self._save_live(client)
-        self._live, self._live_prompt, self._live_saved = b"", 0, False
+        parallel = isinstance(client, SlotClient)
+        for seq in list(self._lanes):
+            await self._save_live(client, seq if parallel else None)
+        self._lanes.clear()
 
     def after_generate(self, prompt: Sequence[int], generated: Sequence[int],
-                       summary: GenerateSummary | None, snap: tuple[int, int] | None) -> None:
-        """Book what the generation left: the live sequence, a snapshot it took, the slot
-        it reused. ``summary`` is None when the generation did not finish cleanly."""
+                       summary: GenerateSummary | None, snap: tuple[int, int] | None,
+                       seq: int | None = None) -> None:
+        """Book what the generation on ``seq`` left: what the sequence holds, a snapshot
+        it took, the slot it reused. ``summary`` is None when the generation did not
+        finish cleanly."""
         if not self.enabled:
             return
-        self._live = token_bytes([*prompt, *generated])
-        self._live_prompt = len(prompt)
-        self._live_saved = False
+        self._lanes[seq or 0].hold(token_bytes([*prompt, *generated]), len(prompt))
         if snap is not None:
             entry = self._entries.get(snap[1])
-            taken = summary is not None and summary.snap_slot == snap[1]
-            if entry is not None and not taken:
-                # Not taken (the daemon reused past it), or unknown (cancelled): free it.
-                del self._entries[snap[1]]
-                if summary is None:
-                    self._stale_slots.add(snap[1])
+            # Ours, not a slot of a daemon started since under the same number.
+            if (entry is not None and entry.pending
+                    and entry.tokens == token_bytes(prompt[: snap[0]])):
+                entry.pending = False
+                if summary is None or summary.snap_slot != snap[1]:
+                    # Not taken (the daemon reused past it), or unknown (cancelled): free it.
+                    del self._entries[snap[1]]
+                    if summary is None:
+                        self._stale_slots.add(snap[1])
         if summary is None:
             return
         reused = summary.prompt_tokens_reused
@@ -303,14 +379,16 @@ class PrefixCache:
         writes."""
         if not self.enabled:
             return
-        unsized = [e for e in self._entries.values() if e.host_bytes == 0]
+        unsized = [e for e in self._entries.values() if e.host_bytes == 0 and not e.pending]
         if unsized:
             listing = await client.list_slots()
+            # Another request may have booked or evicted meanwhile: read the index now.
+            unsized = [e for e in unsized if self._entries.get(e.slot) is e and e.host_bytes == 0]
             known = sum(e.host_bytes for e in self._entries.values())
             for entry in unsized:
                 if entry.slot not in listing.slots:
                     del self._entries[entry.slot]
-            unsized = [e for e in unsized if e.slot in self._entries]
+            unsized = [e for e in unsized if self._entries.get(e.slot) is e]
             if unsized:
                 # list_slots gives the total; the new ones share what the known ones leave.
                 share = max(1, (listing.host_bytes - known) // len(unsized))
@@ -321,6 +399,12 @@ class PrefixCache:
 
     # --- internals -------------------------------------------------------------------
 
+    def _longest(self, wanted: bytes) -> _Entry | None:
+        """The filled slot holding the longest prefix of ``wanted``."""
+        return max((e for e in self._entries.values()
+                    if not e.pending and e.host_bytes and wanted.startswith(e.tokens)),
+                   key=lambda e: e.n_tokens, default=None)
+
     def _held(self, wanted: bytes) -> int:
         """The most tokens of ``wanted`` one slot holds."""
         return max((e.n_tokens for e in self._entries.values() if wanted.startswith(e.tokens)),
@@ -329,77 +413,105 @@ class PrefixCache:
     def _has(self, tokens: bytes) -> bool:
         return any(e.tokens == tokens for e in self._entries.values())
 
-    async def _save_live(self, client: DaemonClient) -> None:
-        if self._live_saved or len(self._live) // 4 < MIN_SNAPSHOT_TOKENS:
+    async def _free_stale(self, client: DaemonClient) -> None:
+        stale = sorted(self._stale_slots)
+        self._stale_slots.clear()
+        for slot in stale:
+            self._reserved.add(slot)
+            try:
+                await self._free(client, slot)
+            finally:
+                self._reserved.discard(slot)
+
+    async def _save_live(self, client: DaemonClient, seq: int | None, *,
+                         to_disk: bool = True) -> None:
+        """Snapshot what sequence ``seq`` holds into a slot, unless a slot has it."""
+        lane = self._lanes[seq or 0]
+        live = lane.tokens
+        if lane.saved or len(live) // 4 < MIN_SNAPSHOT_TOKENS:
             return
-        self._live_saved = True
-        if any(self._live.startswith(e.tokens) and e.n_tokens >= len(self._live) // 4 - 1
+        lane.saved = True
+        if any(live.startswith(e.tokens) and e.n_tokens >= len(live) // 4 - 1
                for e in self._entries.values()):
             return
-        slot = await self._free_slot(client)
-        if slot is None:
-            return
-        try:
-            info = await client.snapshot(slot)
-        except DaemonReplyError as exc:
-            log.debug("model %s: live sequence not saved: %s", self.model, exc)
-            return
-        if info.n_tokens * 4 > len(self._live):
-            # A cancelled generation decoded tokens we never saw: the snapshot's tokens
-            # are unknown here, so it cannot be indexed.
-            await self._free(client, slot)
-            return
-        entry = _Entry(slot, self._live[: info.n_tokens * 4], host_bytes=info.host_bytes)
-        self._entries[slot] = entry
-        self.stats.ram_bytes += info.host_bytes
-        self._queue_disk_write(client, entry)
+        async with self._claim_slot(client) as slot:
+            if slot is None:
+                return
+            try:
+                info = await _snapshot(client, slot, seq)
+            except DaemonReplyError as exc:
+                # empty_sequence: the daemon dropped an idle sequence's state to make room
+                # (PROTOCOL.md 9.6); seq_busy: it generates again. Nothing to keep.
+                log.debug("model %s: sequence %s not saved: %s", self.model, seq, exc)
+                return
+            if info.n_tokens * 4 > len(live):
+                # A cancelled generation decoded tokens we never saw: the snapshot's tokens
+                # are unknown here, so it cannot be indexed.
+                await self._free(client, slot)
+                return
+            entry = _Entry(slot, live[: info.n_tokens * 4], host_bytes=info.host_bytes)
+            self._entries[slot] = entry
+            self.stats.ram_bytes += info.host_bytes
+            if to_disk:
+                self._queue_disk_write(client, entry)
 
     async def _load_from_disk(self, client: DaemonClient, wanted: bytes, marks: Sequence[int],
                               best: int) -> None:
-        if self._state_dir is None:
+        if self._disk is None:
             return
-        hasher = hashlib.sha256()
-        hashed = 0
-        found: tuple[int, Path] | None = None
-        for mark in [*marks, len(wanted) // 4]:
-            if mark <= best or mark < MIN_SNAPSHOT_TOKENS:
-                continue
-            hasher.update(wanted[hashed * 4: mark * 4])
-            hashed = mark
-            path = self._state_dir / f"{hasher.copy().hexdigest()[:40]}{_FILE_SUFFIX}"
-            if path.exists():
-                found = (mark, path)
+        # Where snapshots are taken: the marks and whole prompts (a prefix ending
+        # elsewhere is never written, nor looked for).
+        ends = [m for m in [*marks, len(wanted) // 4] if m > best and m >= MIN_SNAPSHOT_TOKENS]
+        found = self._disk.find(wanted, ends)
         if found is None:
             return
-        slot = await self._free_slot(client)
-        if slot is None:
-            return
         mark, path = found
+        async with self._claim_slot(client) as slot:
+            if slot is None:
+                return
+            try:
+                info = await client.load_slot(slot, path)
+            except DaemonReplyError as exc:
+                self.stats.disk_rejected += 1
+                log.warning("model %s: prefix cache file rejected and removed: %s", self.model,
+                            exc.detail)
+                path.unlink(missing_ok=True)
+                return
+            SnapshotDir.touch(path)
+            self.stats.disk_loads += 1
+            self._entries[slot] = _Entry(slot, wanted[: mark * 4], host_bytes=info.host_bytes)
+            self.stats.ram_bytes += info.host_bytes
+
+    @asynccontextmanager
+    async def _claim_slot(self, client: DaemonClient) -> AsyncIterator[int | None]:
+        """A slot to fill, reserved for the block (an empty one, else the least recently
+        used entry's, evicted); None when every slot is pinned, pending or reserved. The
+        block books the slot in ``_entries`` (or leaves it free) before it ends."""
+        reserved = self._reserved
+        slot = next((s for s in range(self.n_slots) if s not in self._entries
+                     and s not in self._stale_slots and s not in reserved), None)
+        if slot is not None:
+            reserved.add(slot)
+        else:
+            victim = self._lru()
+            if victim is None:
+                yield None
+                return
+            slot = victim.slot
+            reserved.add(slot)
+            try:
+                await self._evict(client, victim)
+            except BaseException:
+                reserved.discard(slot)
+                raise
         try:
-            info = await client.load_slot(slot, path)
-        except DaemonReplyError as exc:
-            self.stats.disk_rejected += 1
-            log.warning("model %s: prefix cache file rejected and removed: %s", self.model,
-                        exc.detail)
-            path.unlink(missing_ok=True)
-            return
-        os.utime(path)  # LRU by file time
-        self.stats.disk_loads += 1
-        self._entries[slot] = _Entry(slot, wanted[: mark * 4], host_bytes=info.host_bytes)
-        self.stats.ram_bytes += info.host_bytes
+            yield slot
+        finally:
+            reserved.discard(slot)
 
-    async def _free_slot(self, client: DaemonClient) -> int | None:
-        for slot in range(self.n_slots):
-            if slot not in self._entries and slot not in self._stale_slots:
-                return slot
-        victim = self._lru(pinned=False)
-        if victim is None:
-            return None
-        await self._evict(client, victim)
-        return victim.slot
-
-    def _lru(self, *, pinned: bool) -> _Entry | None:
-        candidates = [e for e in self._entries.values() if pinned or not e.pinned]
+    def _lru(self) -> _Entry | None:
+        candidates = [e for e in self._entries.values()
+                      if not e.pinned and not e.pending and e.slot not in self._reserved]
         return min(candidates, key=lambda e: e.last_used, default=None)
 
     async def _evict(self, client: DaemonClient, entry: _Entry) -> None:
@@ -418,56 +530,20 @@ class PrefixCache:
     async def _keep_budget(self, client: DaemonClient) -> None:
         self.stats.ram_bytes = sum(e.host_bytes for e in self._entries.values())
         while self.stats.ram_bytes > self.settings.ram_bytes:
-            victim = self._lru(pinned=False)
+            victim = self._lru()
             if victim is None:
                 break
             await self._evict(client, victim)
 
     def _queue_disk_write(self, client: DaemonClient, entry: _Entry) -> None:
-        if self._state_dir is None:
+        if self._disk is None:
             return
         entry.pinned = True
         self._saves_send.send_nowait((client, entry))
 
-    def _disk_files(self) -> list[Path]:
-        if self._state_dir is None:
-            return []
-        return list(self._state_dir.glob(f"*{_FILE_SUFFIX}"))
 
-    def _disk_stats(self) -> list[tuple[float, int, Path]]:
-        """(mtime, size, path) of every snapshot file; a file gone meanwhile is skipped."""
-        files = []
-        for path in self._disk_files():
-            with contextlib.suppress(FileNotFoundError):
-                st = path.stat()
-                files.append((st.st_mtime, st.st_size, path))
-        return files
-
-    def _disk_usage(self) -> int:
-        return sum(size for _, size, _ in self._disk_stats())
-
-    def _trim_disk(self) -> None:
-        files = self._disk_stats()
-        total = sum(size for _, size, _ in files)
-        if self.settings.disk_bytes:
-            for _, size, path in sorted(files):
-                if total <= self.settings.disk_bytes:
-                    break
-                path.unlink(missing_ok=True)
-                total -= size
-                self.stats.evictions_disk += 1
-        self.stats.disk_bytes = total
-
-
-def _common_prefix_tokens(a: bytes, b: bytes) -> int:
-    """Tokens two int32 strings share at their start."""
-    n = min(len(a), len(b)) // 4
-    lo, hi = 0, n
-    # Binary search on whole-prefix equality: memcmp-fast even for long prompts.
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[: mid * 4] == b[: mid * 4]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+async def _snapshot(client: DaemonClient, slot: int, seq: int | None) -> SnapshotInfo:
+    """``snapshot <slot>``, of sequence ``seq`` on a ``--parallel`` daemon."""
+    if isinstance(client, SlotClient):
+        return await client.snapshot_sequence(slot, seq or 0)
+    return await client.snapshot(slot)

@@ -6,7 +6,10 @@ yields a ``SlotClient``, a ``DaemonClient`` whose
 
 - ``generate`` and ``restore`` take a free slot (a daemon sequence), run there as a
   ``daemons.batch.SequenceStream`` and free it when the block is left (leaving early
-  cancels that sequence alone, ``cancel <seq>``). This is the seam of the generation
+  cancels that sequence alone, ``cancel <seq>``). The prefix cache picks the sequence
+  instead (the one that holds the most of the prompt): it holds one with ``sequence``
+  and passes it as the ``seq`` option, and ``snapshot_sequence`` copies an idle one's
+  state into a snapshot slot (PROTOCOL.md 9.3). This is the seam of the generation
   core (``orchestrator.generation.generate_events``): it calls ``client.generate``
   whichever client the supervisor holds, so streaming, stop strings, disconnects and
   resume-after-crash are one loop for both;
@@ -34,7 +37,7 @@ import dataclasses
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
@@ -44,7 +47,7 @@ from daemons.batch import BatchClient, SequenceStream, open_batch_client
 from daemons.client import DaemonClient, DecodeOptions, open_daemon
 from daemons.process import DaemonProcess, open_daemon_process
 from daemons.roles import DaemonLaunch
-from protocol import Command, OkReply
+from protocol import Command, OkReply, Snapshot, SnapshotInfo
 
 __all__ = ["TOKENIZER_N_CTX", "SlotClient", "open_model_daemon", "open_slot_client",
            "tokenizer_launch"]
@@ -74,6 +77,9 @@ class SlotClient(DaemonClient):
         self.parallel = batch.parallel
         self._free = list(range(batch.parallel))
         self._freed = trio.Event()
+        self._held: set[int] = set()
+        """Sequences held with ``sequence``: a ``generate`` on one of them neither takes
+        nor gives back a slot."""
 
     @property
     def slots_busy(self) -> int:
@@ -92,12 +98,33 @@ class SlotClient(DaemonClient):
                        add_bos: bool | None = None) -> list[int]:
         return await self.tokenizer.tokenize(text, special=special, add_bos=add_bos)
 
-    async def _take_slot(self) -> int:
+    async def _take_slot(self, choose: Callable[[Sequence[int]], int] | None = None) -> int:
         # The model's queue lets at most ``parallel`` requests run, and each frees its
         # slot before its turn ends, so this waits only in the instant between the two.
         while not self._free:
             await self._freed.wait()
-        return self._free.pop(0)
+        seq = self._free[0] if choose is None else choose(tuple(self._free))
+        self._free.remove(seq)
+        return seq
+
+    @asynccontextmanager
+    async def sequence(self, choose: Callable[[Sequence[int]], int] | None = None
+                       ) -> AsyncIterator[int]:
+        """Hold a free sequence (``choose`` picks among the free ones, given in order)
+        for the block; pass it as ``generate``'s ``seq`` option, any number of times."""
+        seq = await self._take_slot(choose)
+        self._held.add(seq)
+        try:
+            yield seq
+        finally:
+            self._held.discard(seq)
+            self._give_back(seq)
+
+    async def snapshot_sequence(self, slot: int, seq: int) -> SnapshotInfo:
+        """``snapshot <slot> seq=S``: copy sequence ``seq``'s state into ``slot``
+        (PROTOCOL.md 9.3); a sequence that is generating is ``seq_busy`` (hold it with
+        ``sequence`` first to be sure it is not)."""
+        return SnapshotInfo.from_reply(await self.batch.run(Snapshot(slot, seq=seq)))
 
     def _give_back(self, seq: int) -> None:
         self._free.append(seq)
@@ -109,14 +136,19 @@ class SlotClient(DaemonClient):
     async def _decode(  # type: ignore[override]
         self, slot: int | None, prompt: Sequence[int], n_gen: int, options: DecodeOptions
     ) -> AsyncIterator[SequenceStream]:
-        """``generate`` or ``restore`` on a free slot; leaving early cancels that slot only."""
+        """``generate`` or ``restore`` on a free slot, or on the held sequence the ``seq``
+        option names; leaving early cancels that sequence only."""
         command = self._decode_command(slot, prompt, n_gen, options)
-        seq = await self._take_slot()
+        held = options.get("seq")
+        if held is not None and held not in self._held:
+            raise ValueError(f"seq={held} is not held: hold it with sequence() first")
+        seq = await self._take_slot() if held is None else held
         try:
             async with self.batch.open_sequence(dataclasses.replace(command, seq=seq)) as stream:
                 yield stream
         finally:
-            self._give_back(seq)
+            if held is None:
+                self._give_back(seq)
 
 
 @asynccontextmanager

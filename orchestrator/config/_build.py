@@ -100,7 +100,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             draft, draft_info = gguf(settings.draft, f"{where}.draft")
             _check_draft(role, draft_info.architecture, f"{where}.draft")
         _check_parallel(settings, where)
-        choice = _parallel_choice(settings, path, info, proxy, native.backend, cache.enabled)
+        choice = _parallel_choice(settings, path, info, proxy, native.backend)
         parallel = choice.parallel
         where_runs: dict[str, object] = (
             {"executable": native.binary(role.name), "model": path, "draft": draft,
@@ -130,10 +130,8 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                                      drafter_path=drafter_path,
                                      pflash_executable=native.binary("pflash"),
                                      restart=settings.restart),
-            # The prefix cache snapshots and restores sequence 0 over protocol 1; a model
-            # with several sequences does without it for now (issue 13 item 5).
-            prefix_cache=(PrefixCache(settings.name, model_cache, launch.slots or DEFAULT_SLOTS)
-                          if parallel == 1 else None),
+            # With several sequences it serves each (snapshot/restore seq=S, PROTOCOL.md 9).
+            prefix_cache=PrefixCache(settings.name, model_cache, launch.slots or DEFAULT_SLOTS),
             residence=Residence(load=settings.load, idle_s=settings.idle_s,
                                 idle_action=settings.idle_action, group=settings.group),
             reasoning=_reasoning_default(settings),
@@ -163,10 +161,10 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
 
 
 def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy: bool,
-                     backend: str, prefix_cache: bool) -> ParallelChoice:
-    """``parallel`` as configured, else one where a draft, prompt lookup, PFlash or the
-    prefix cache needs it, else as many sequences as fit the memory
-    (``orchestrator.parallel_default``)."""
+                     backend: str) -> ParallelChoice:
+    """``parallel`` as configured, else one where a draft, prompt lookup or PFlash needs
+    it, else as many sequences as fit the memory (``orchestrator.parallel_default``); the
+    prefix cache serves any number of sequences."""
     if settings.parallel is not None:
         return ParallelChoice(settings.parallel, "configured")
     if settings.draft is not None:
@@ -175,15 +173,8 @@ def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy:
         return ParallelChoice(1, "lookup: a speculative daemon serves one sequence")
     if proxy or (settings.prefill is not None and settings.prefill.mode != "off"):
         return ParallelChoice(1, "prefill: PFlash drives the target one request at a time")
-    fitted = choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
-                             backend_free_bytes(backend))
-    if prefix_cache and fitted.parallel > 1:
-        # The prefix cache drives sequence 0 over protocol 1 (issue 13 item 5): until it
-        # serves several sequences, the default keeps it and says what would fit.
-        return replace(fitted, parallel=1, fits=fitted.parallel,
-                       source="prefix cache: it serves one sequence yet; --cache-ram 0 or "
-                       "parallel = N to batch")
-    return fitted
+    return choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
+                           backend_free_bytes(backend))
 
 
 def _check_parallel(settings: ModelSettings, where: str) -> None:

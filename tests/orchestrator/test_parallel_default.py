@@ -38,13 +38,14 @@ def test_left_out_it_is_fitted_and_shown(native: NativeBuild, test_models: dict[
     # The tiny test model fits the cap on any machine that runs the tests.
     assert model.parallel == DEFAULT_PARALLEL_CAP
     # Each sequence is promised n_ctx tokens of one pool.
-    assert model.launch.n_ctx == 512 * DEFAULT_PARALLEL_CAP and model.prefix_cache is None
+    assert model.launch.n_ctx == 512 * DEFAULT_PARALLEL_CAP
+    assert model.prefix_cache is not None and not model.prefix_cache.enabled
 
+    # The prefix cache on (the default) serves every sequence: the same fitted value.
     config.write_text(f'[[models]]\nname = "a"\npath = "{test_models["qwen3"]}"\n')
     (model,) = build_models(load_config(config), native)
-    assert model.parallel == 1 and model.prefix_cache is not None
-    assert model.parallel_status["fits"] == DEFAULT_PARALLEL_CAP
-    assert str(model.parallel_status["source"]).startswith("prefix cache")
+    assert model.parallel == DEFAULT_PARALLEL_CAP and model.prefix_cache is not None
+    assert model.prefix_cache.enabled and model.parallel_status["source"] == "memory"
 
     config.write_text(f'[[models]]\nname = "a"\npath = "{test_models["qwen3"]}"\nparallel = 2\n'
                       'n_ctx = 300\n')

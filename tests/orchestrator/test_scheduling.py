@@ -33,8 +33,10 @@ SHORT = {**LONG, "max_tokens": 4}
 def queued_server(
     native: NativeBuild, default_model: Path, tmp_path: Path,
 ) -> Iterator[LucernaServer]:
+    # One generation at a time (the default parallel fits the memory, docs/batching.md):
+    # these tests are about the request that waits behind it.
     srv = LucernaServer(tmp_path / "serve.log", "--model", "default",
-                        "--n-ctx", "2048", "--queue-limit", "1")
+                        "--n-ctx", "2048", "--queue-limit", "1", "--parallel", "1")
     try:
         srv.wait_healthy()
         yield srv

@@ -54,6 +54,9 @@ max_body_bytes = 8192
 name = "qwen3"
 path = "{test_models['qwen3']}"
 n_ctx = {N_CTX}
+# One sequence: a request's bound is n_ctx itself (with several it may use the pool,
+# docs/batching.md), and one daemon's input is teed.
+parallel = 1
 launcher = ["sh", "-c", 'tee -a "$0" | "$@"', "{daemon_input}"]
 """)
     server = LucernaServer(folder / "serve.log", "--config", str(config))
