@@ -83,3 +83,23 @@ def test_a_running_conversation_shares_its_system_prompt(
     lanes.wait_done({0})
     assert "n_gen=200 " in lanes.done[0], lanes.done[0]
     assert daemon.quit() == 0
+
+
+@pytest.mark.parametrize("model", ["qwen3", "qwen35"])
+def test_with_one_kv_stream_per_sequence_nothing_is_shared(
+    spawn: Any, native: Any, test_models: dict[str, Path], default_model: Path, model: str
+) -> None:
+    # --kv-unified=off: the engine copies between KV streams only whole, and sharing a
+    # prefix across them aborted the daemon (GGML_ASSERT in llama_memory_seq_cp); each
+    # sequence then prefills its own, with the tokens of a cold run.
+    binary, path = native.binary("qwen35"), model_path(model, test_models, default_model)
+    daemon = spawn(binary, path, ONE_THREAD, "--chunk=8", "--parallel=2", "--kv-unified=off")
+    daemon.ready()
+    lanes = Lanes(daemon)
+    for seq, question in enumerate(QUESTIONS):
+        lanes.start(line(question), seq)
+        lanes.wait_done({seq})
+        assert "n_cached=0 " in lanes.done[seq], lanes.done[seq]
+    stats = daemon.ok(lanes.command("stats"), "stats")
+    assert stats["shared_prefixes"] == "0", stats
+    assert daemon.quit() == 0

@@ -114,6 +114,12 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
 }
 
 void BatchScheduler::share_from_other_lane(Running & r, int32_t limit) {
+    // With one KV stream per sequence (--kv-unified=off) cells cannot be shared: the
+    // engine copies between streams only whole (llama_memory_seq_cp asserts "only
+    // supported for full KV buffers" and aborts the daemon on a prefix).
+    if (session_.engine.kv_split) {
+        return;
+    }
     llama_context * ctx = session_.engine.context.get();
     const llama_model * model = session_.engine.model.get();
     const int32_t lane = r.lane();
