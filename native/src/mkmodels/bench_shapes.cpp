@@ -192,25 +192,22 @@ void add_padded_tokenizer(gguf_context * meta, const std::string & vocab_dir, u3
 void no_fill(ggml_tensor *, void *) {}
 
 // Residual-branch scale of the 27B target. Every branch (attention, Gated DeltaNet, FFN)
-// reads an RMS-normalised stream, so with the test models' init each layer added an
-// update about as large as the stream itself: the file was a deep random network in
-// which a rounding-level difference at layer 0 (CUDA's q8_1 activations against the
-// CPU's q8_K) grows into different greedy tokens from the first one on (issue 14 item
-// 4; docs/benchmarks.md, "Numerically sane 27B test weights"). A trained model's layers
-// each add a small update to a stream that its embedding starts at full scale. So: the
-// branches' output projections (attn_output, ssm_out, ffn_down) get GPT-2's
-// 1/sqrt(2 * n_layers), and the embedding rows unit values instead of 1/sqrt(n_embd), so
-// each layer's update is about 0.1-0.2 of the stream and the whole stack adds about as
-// much as the embedding holds.
+// reads an RMS-normalised stream, and with the test models' init each layer added an
+// update far larger than the token's embedding (rows of 1/sqrt(n_embd)), unlike a
+// trained model, whose layers each add a small update to a stream its embedding starts.
+// So: the branches' output projections (attn_output, ssm_out, ffn_down) get GPT-2's
+// 1/sqrt(2 * n_layers) and the embedding rows unit values, and the whole stack adds
+// about as much as the embedding holds (the stream's largest |x| 3.9 after layer 0, 4.7
+// after layer 3 of the 4-layer cut). The LM head's successor term below needs that.
 constexpr float kEmbeddingStddev = 1.0f;
 // The LM head. Gaussian rows alone give logits of one std whose top two, out of 248320,
 // lie about 0.2 std apart (an exponential spread: many far closer), while CUDA and the
-// CPU round every matmul's activations differently (q8_1 against q8_K) by about a
-// percent of that std: near-ties every few tokens, whatever the head's scale, since the
-// difference scales with it. A trained model's top token stands clear of the rest. So
-// each head row is kHeadNoise std of its own plus the embedding row of one token scaled
-// to give a logit near kSuccessorLogit when the final hidden state points that token's
-// way: with the embedding dominating the stream, the token after t is mostly t's
+// CPU round every matmul's activations differently (q8_1 against q8_K), and even two CPU
+// roundings moved logits by a few percent of that std: near-ties every few tokens (issue
+// 14 item 4), whatever the head's scale, since the difference scales with it. A trained
+// model's top token stands clear of the rest. So each head row is kHeadNoise std of its
+// own plus the embedding row of one token, scaled to give a logit near kSuccessorLogit
+// when the final hidden state points that token's way: with the embedding dominating the stream, the token after t is mostly t's
 // successor (a fixed shift of whole pieces, below), several nats above the rest, and the
 // layers move every other logit by the context. Measured in docs/benchmarks.md.
 constexpr float kHeadNoise = 2.0f;

@@ -8,7 +8,8 @@
 //
 // --shape writes one full-size benchmark model (mkmodels/bench_shapes.h) instead of the
 // test models, quantized as it is written. --piece-pool N: the pieces of one kind share
-// N random ones, encoded once (a timing-only file in seconds instead of minutes).
+// N random ones, encoded once (a timing-only file in seconds instead of minutes); the
+// 27B target's embedding and LM head keep distinct rows (bench_shapes.cpp).
 //
 // --probe prefills N tokens of FILE on the CPU and prints, per watched activation and
 // layer, the largest |x| and the count of non-finite values (mkmodels/activation_probe.h):
