@@ -80,10 +80,8 @@ def test_the_27b_shape_cut_to_four_layers_stays_in_range(native: Any, cut_27b: P
 def greedy_with_gaps(native: Any, model: Path, kv_type: str) -> list[list[tuple[int, float]]]:
     """(token, top-2 logprob gap) at each position, 10 tokens after each of 2 prompts
     (docs/benchmarks.md holds 32 after each of 3, at 4 and 16 layers)."""
-    # --chunk=1: the engine's AMX Q4_K matmul segfaults on batches of more than one
-    # token on AMX hosts (llama.cpp issue 20824); a one-token batch never takes it.
-    daemon = BlockingDaemon(native.binary("qwen35"), model, "--n-ctx=64", "--chunk=1",
-                            "--threads=2", f"--kv-type={kv_type}")
+    daemon = BlockingDaemon(native.binary("qwen35"), model, "--n-ctx=64", "--threads=2",
+                            f"--kv-type={kv_type}")
     try:
         runs = []
         for p in range(2):

@@ -87,11 +87,6 @@ bool on_eval(ggml_tensor * t, bool ask, void * user_data) {
 std::vector<ActivationStat> probe_activations(const std::string & path, int32_t n_tokens, int32_t n_ubatch,
                                               int32_t n_threads) {
     llama_model_params mparams = cpu_model_params();
-    // Plain CPU buffers, no repacked or AMX copies of the weights: the engine's AMX Q4_K
-    // matmul segfaults on batches of more than one token (seen on a Sapphire Rapids
-    // host, llama.cpp issue 20824), and the probe measures magnitudes, which do not
-    // depend on the kernel.
-    mparams.use_extra_bufts = false;
     const llama_model_ptr model(llama_model_load_from_file(path.c_str(), mparams));
     if (!model) {
         throw std::runtime_error("cannot load " + path);
