@@ -35,6 +35,7 @@ from daemons._build import Progress, cmake_build_once
 from daemons._fetch import fetch_pinned
 from daemons._locking import file_lock
 from daemons._patches import apply_series, read_series, series_hash
+from daemons.cpu_features import engine_isa_cmake_args
 from daemons.errors import BuildError
 from daemons.paths import lucerna_cache_dir
 
@@ -226,7 +227,7 @@ def _cuda_archs() -> str:
 
 
 def cmake_args(backend: str) -> list[str]:
-    args = [*_COMMON_CMAKE_ARGS, *_BACKEND_CMAKE_ARGS[backend]]
+    args = [*_COMMON_CMAKE_ARGS, *_BACKEND_CMAKE_ARGS[backend], *engine_isa_cmake_args()]
     if backend == "cuda":
         args.append(f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_archs()}")
     return args
