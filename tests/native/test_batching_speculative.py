@@ -9,10 +9,12 @@ comparison here runs with ``--deterministic=on`` (and ``--kv-unified=off``, whic
 mode requires with several sequences); the reference is a ``--parallel 1`` daemon
 without lookup, same chunk size.
 
-The prompts repeat a stretch of themselves at their end (and, on the default model,
-ask it to repeat a code block), so lookup proposes from the first step and verify steps
-with their rollbacks run whatever the model writes; the tests assert that they did
-(``draft_accepted`` > 0 over the sequences).
+The prompts repeat a stretch of themselves at their end (on the default model the first
+asks it to repeat a code block; on qwen35 they hold the model's own continuation), so
+lookup proposes from the first steps and verify steps with their rollbacks run whatever
+the model writes; the tests assert that they did (``draft_accepted`` > 0 over the
+sequences). The same sequences decoded together without lookup are asserted to be their
+solo runs first: that is what lookup's equality rests on.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ PARALLEL = 4
 N_GEN = 32
 CHUNK = "--chunk=32"
 N_CTX_SEQ = 512
+# Seeds cases() tries for qwen35 prompts (measured: 2 of the first 6 qualify).
+QWEN35_SEEDS = 16
 # (role, model): the target architectures of issue 13's tests. gemma3 is the default
 # model (Q4_K_M), ~10x slower a token than the test models on CPU.
 MODELS = [
@@ -57,20 +61,33 @@ def model_path(name: str, test_models: dict[str, Path], default_model: Path) -> 
 def cases(daemon: Any, model: str) -> list[list[int]]:
     """PARALLEL prompts that lookup finds matches in; on the default model the first
     asks it to repeat a code block (a real model repeats it, and lookup proposes it).
-    The qwen35 test model writes tokens that never recur, so its prompts are each a
-    prompt, its own greedy continuation and the prompt again: lookup then proposes that
-    continuation where the model starts it again."""
-    prompts = repeating_prompts(PARALLEL, 5000, seed=13)
-    if model == "qwen35":
-        for index, prompt in enumerate(prompts):
+    The qwen35 test model writes tokens that seldom recur, so its prompts are each a
+    prompt, its own greedy continuation and the prompt again (lookup then proposes that
+    continuation where the model starts it again), from the first seed whose four
+    prompts each get a verify step and some proposal accepted (``daemon``'s own run)."""
+    if model != "qwen35":
+        prompts = repeating_prompts(PARALLEL, 5000, seed=13)
+        if model == "gemma3":
+            prompt, _ = daemon.stream_command(f"tokenize text:{quote(REPEAT_CODE, safe='')}")
+            prompts[0] = prompt
+        return prompts
+    for seed in range(QWEN35_SEEDS):
+        prompts, steps, accepted = [], [], 0
+        for prompt in repeating_prompts(PARALLEL, 5000, seed=seed):
             own, _ = daemon.stream_command(
                 f"generate {ids(prompt)} 24 ignore_eos=1 reuse=0 lookup=0"
             )
-            prompts[index] = [*prompt, *own, *prompt]
-    if model == "gemma3":
-        prompt, _ = daemon.stream_command(f"tokenize text:{quote(REPEAT_CODE, safe='')}")
-        prompts[0] = prompt
-    return prompts
+            prompts.append([*prompt, *own, *prompt])
+            _, reply = daemon.stream_command(
+                f"generate {ids(prompts[-1])} {N_GEN} ignore_eos=1 reuse=0"
+            )
+            steps.append(int(fields(reply)["draft_steps"]))
+            accepted += int(fields(reply)["draft_accepted"])
+        if min(steps) > 0 and accepted > 0:
+            return prompts
+    raise AssertionError(
+        f"no seed below {QWEN35_SEEDS} gives qwen35 prompts that lookup proposes in"
+    )
 
 
 def alone(
@@ -115,16 +132,13 @@ def test_concurrent_lookup_gives_each_sequence_its_solo_tokens(
 
     lanes = Lanes(daemon)
     # What lookup's equality rests on: the sequences decoded together without lookup are
-    # their solo runs (test_deterministic.py asserts it on its own); where the build does
-    # not give that, lookup's tokens cannot be told apart from its errors.
+    # their solo runs (tests/native/test_deterministic.py asserts it for more paths).
     for seq, prompt in enumerate(prompts):
         lanes.start(f"generate {ids(prompt)} {N_GEN} ignore_eos=1 reuse=0 lookup=0", seq)
     lanes.wait_done(set(range(PARALLEL)), timeout=600.0)
-    if any(lanes.tokens[seq] != want[seq] for seq in range(PARALLEL)):
-        pytest.skip(
-            f"{model}: sequences decoded together without lookup are not their solo runs on "
-            "this build (see tests/native/test_deterministic.py)"
-        )
+    for seq in range(PARALLEL):
+        assert lanes.tokens[seq] == want[seq], f"{model}: sequence {seq} together, without lookup"
+    before = int(fields(daemon.command("stats"))["draft_accepted"])
     for seq, prompt in enumerate(prompts):
         lanes.start(f"generate {ids(prompt)} {N_GEN} ignore_eos=1 reuse=0", seq)
     lanes.wait_done(set(range(PARALLEL)), timeout=600.0)
@@ -139,7 +153,7 @@ def test_concurrent_lookup_gives_each_sequence_its_solo_tokens(
     assert accepted > 0, f"{model}: lookup never had a proposal accepted"
     # The daemon's totals count the sequences' verify steps.
     stats = fields(daemon.command("stats"))
-    assert int(stats["draft_accepted"]) == accepted, stats
+    assert int(stats["draft_accepted"]) - before == accepted, stats
 
     # lookup=0 on one sequence: it decodes one token a step beside the others' blocks.
     lanes.start(f"generate {ids(prompts[1])} {N_GEN} ignore_eos=1 reuse=0 lookup=0", 1)
@@ -209,21 +223,43 @@ def test_hybrid_rollback_per_sequence(
     assert daemon.quit() == 0
 
 
-def test_a_draft_still_serves_one_sequence(
+def test_a_draft_daemon_runs_protocol_2_whole(
     spawn: Any, native: Any, test_models: dict[str, Path]
 ) -> None:
-    """--draft keeps --parallel 1 (PROTOCOL.md 9.5); --lookup takes --parallel."""
-    daemon = spawn(
-        native.binary("qwen35"),
-        test_models["qwen35"],
-        ONE_THREAD,
-        f"--draft={test_models['dflash']}",
-        "--parallel=2",
-    )
-    assert daemon.err(daemon.readline()) == "bad_flag"
-    assert daemon.wait() != 0
-    daemon = spawn(
-        native.binary("qwen35"), test_models["qwen3"], ONE_THREAD, "--lookup=on", "--parallel=2"
-    )
-    assert daemon.ready()["parallel"] == "2"
+    """--draft keeps --parallel 1 (PROTOCOL.md 9.5): a seq=0 generate runs whole, as the
+    version 1 one does, with its records, done line and counters."""
+    daemon = spawn(native.binary("qwen35"), test_models["qwen35"], ONE_THREAD, DETERMINISTIC,
+                   f"--draft={test_models['dflash']}")  # fmt: skip
+    daemon.ready()
+    prompt = repeating_prompts(1, 5000, seed=19)[0]
+    want, reply = daemon.stream_command(f"generate {ids(prompt)} {N_GEN} ignore_eos=1 reuse=0")
+    assert fields(reply)["spec"] == "dflash", reply
+    lanes = Lanes(daemon)
+    lanes.start(f"generate {ids(prompt)} {N_GEN} ignore_eos=1 reuse=0", 0)
+    lanes.wait_done({0})
+    assert lanes.tokens[0] == want
+    done = fields(lanes.done[0])
+    assert done["spec"] == "dflash" and int(done["draft_steps"]) > 0, lanes.done[0]
+    assert daemon.quit() == 0
+
+
+@pytest.mark.parametrize("model", ["qwen3", "qwen35"])
+def test_lookup_sequences_survive_preemption(
+    spawn: Any, native: Any, test_models: dict[str, Path], model: str
+) -> None:
+    """In a shared pool too small for every sequence (PROTOCOL.md 9.6), sequences with
+    verify blocks are preempted and resumed and every one writes all its tokens (which
+    tokens: 9.6, not compared here; the pool is not deterministic mode's setting)."""
+    flags = ("--lookup=on", "--lookup-min=1", f"--parallel={PARALLEL}", "--n-ctx=320", "--chunk=16")
+    daemon = spawn(native.binary("qwen35"), test_models[model], ONE_THREAD, *flags)
+    daemon.ready()
+    lanes = Lanes(daemon)
+    for seq, prompt in enumerate(repeating_prompts(PARALLEL, 5000, seed=23)):
+        lanes.start(f"generate {ids(prompt)} 200 ignore_eos=1 reuse=0", seq)
+    lanes.wait_done(set(range(PARALLEL)), timeout=300.0)
+    for seq in range(PARALLEL):
+        done = fields(lanes.done[seq])
+        assert done["finish"] == "length" and len(lanes.tokens[seq]) == 200, lanes.done[seq]
+    stats = fields(daemon.command("stats"))
+    assert int(stats["preempted"]) > 0 and int(stats["draft_steps"]) > 0, stats
     assert daemon.quit() == 0
