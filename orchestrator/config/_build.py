@@ -162,15 +162,15 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
 
 def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy: bool,
                      backend: str) -> ParallelChoice:
-    """``parallel`` as configured, else one where a draft, prompt lookup or PFlash needs
-    it, else as many sequences as fit the memory (``orchestrator.parallel_default``); the
-    prefix cache serves any number of sequences."""
+    """``parallel`` as configured, else one where a draft or PFlash needs it, else as
+    many sequences as fit the memory (``orchestrator.parallel_default``). The prefix
+    cache and prompt lookup run on every sequence (docs/prefix-cache.md, PROTOCOL.md
+    9.5): on CPU 4 sequences with lookup gave 1.22x the tokens per CPU second of 1 with
+    it (docs/benchmarks.md, "Prompt lookup with several sequences")."""
     if settings.parallel is not None:
         return ParallelChoice(settings.parallel, "configured")
     if settings.draft is not None:
         return ParallelChoice(1, "draft: a speculative daemon serves one sequence")
-    if settings.lookup != "off":
-        return ParallelChoice(1, "lookup: a speculative daemon serves one sequence")
     if proxy or (settings.prefill is not None and settings.prefill.mode != "off"):
         return ParallelChoice(1, "prefill: PFlash drives the target one request at a time")
     return choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
@@ -184,10 +184,6 @@ def _check_parallel(settings: ModelSettings, where: str) -> None:
         raise ConfigError(f"{where}: parallel = {settings.parallel} with a draft: a "
                           "speculative daemon serves one sequence (PROTOCOL.md 9.5). Fix: "
                           "set parallel = 1, or leave draft out.")
-    if settings.lookup != "off":
-        raise ConfigError(f"{where}: parallel = {settings.parallel} with lookup = "
-                          f"\"{settings.lookup}\": a speculative daemon serves one sequence "
-                          "(PROTOCOL.md 9.5). Fix: set parallel = 1, or lookup = \"off\".")
     if settings.prefill is not None and settings.prefill.mode != "off":
         raise ConfigError(f"{where}: parallel = {settings.parallel} with [models.prefill]: "
                           "PFlash drives the target one request at a time. Fix: set "

@@ -187,7 +187,7 @@ def test_lookup_flags_and_options_are_checked(
     spawn: Any, native: Any, test_models: dict[str, Path]
 ) -> None:
     model = test_models["qwen3"]
-    for extra in (["--lookup=maybe"], ["--lookup=on", "--parallel=2"], ["--lookup-min=2"],
+    for extra in (["--lookup=maybe"], ["--lookup-min=2"],
                   ["--lookup=on", "--lookup-min=33"]):
         daemon = spawn(native.binary("qwen35"), model, ONE_THREAD, *extra)
         assert daemon.err(daemon.readline()) == "bad_flag", extra

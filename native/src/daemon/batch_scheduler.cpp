@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include "wire/errors.h"
@@ -45,6 +46,13 @@ struct BatchScheduler::Running {
     bool preempted = false;
     std::unique_ptr<Snapshot> parked;
     int32_t row = -1;            // its (or its chunk's last) batch index
+    // Prompt lookup (PROTOCOL.md 9.5): the proposers this generation runs, its counters,
+    // its back-off, and this step's proposals (verified in rows row + 1 .. row + k).
+    SpecChoice choice;
+    SpecCounters counters;
+    LookupBudget lookup_budget;
+    std::vector<llama_token> proposals;
+    bool looked_up = false;
     std::chrono::steady_clock::time_point t_admit;
     std::chrono::steady_clock::time_point t_decode;
     double prefill_ms = 0.0;
@@ -54,7 +62,10 @@ struct BatchScheduler::Running {
 };
 
 BatchScheduler::BatchScheduler(Session & session)
-    : session_(session), batch_(std::max(1, session.engine.n_chunk) + std::max(1, session.opts.parallel)) {}
+    // A prefill chunk beside a row per decoding sequence, or its verify block (9.5).
+    : session_(session),
+      batch_(std::max(1, session.engine.n_chunk) +
+             std::max(1, session.opts.parallel) * (session.opts.speculative() ? session.opts.draft_block_size : 1)) {}
 
 BatchScheduler::~BatchScheduler() = default;
 
@@ -75,9 +86,12 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
     r->emitter = std::make_unique<TokenEmitter>(session_, r->req, [this, raw] {
         return session_.cancel.cancelled(raw->generate_seq, raw->lane());
     });
-    if (session_.spec.active()) {
+    if (runs_whole()) {
         running_.push_back(std::move(r));  // runs whole in its step (run_speculative)
         return;
+    }
+    if (session_.spec.active()) {
+        r->choice = session_.spec.choose(r->req.lookup, /*propose =*/r->req.logprobs < 0);
     }
     llama_context * ctx = session_.engine.context.get();
     LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
@@ -175,6 +189,11 @@ std::string BatchScheduler::finish(Running & r) {
     summary.prefill_ms = r.prefill_ms;
     summary.decode_ms = decode_ms;
     summary.snapped = r.snapped;
+    if (session_.spec.active()) {
+        summary.spec = &r.counters;
+        summary.choice = r.choice;
+        session_.spec.totals.add(r.counters);
+    }
     const std::string line = summary_line(r.command, summary, r.req);
     // Keep the lane's last logits: the next step's decode overwrites the engine's.
     session_.lanes[static_cast<size_t>(r.lane())].keep_logits(session_.engine.context.get(), session_.engine.n_vocab);
@@ -196,6 +215,11 @@ std::string BatchScheduler::fail(Running & r, ErrorCode code, const std::string 
     return "done " + std::to_string(r.lane()) + " " + err_line(code, detail);
 }
 
+bool BatchScheduler::runs_whole() {
+    DflashDraft * draft = session_.spec.draft();
+    return session_.spec.oracle() != nullptr || (draft != nullptr && draft->attached());
+}
+
 std::string BatchScheduler::run_speculative(Running & r) {
     std::string line;
     try {
@@ -215,6 +239,78 @@ std::string BatchScheduler::run_speculative(Running & r) {
         return "done " + std::to_string(r.lane()) + " " + err_line(ErrorCode::kIoFailed, "the stream fd is closed");
     }
     return "done " + std::to_string(r.lane()) + " " + line;
+}
+
+void BatchScheduler::propose(Running & r) {
+    r.proposals.clear();
+    r.looked_up = false;
+    if (!r.choice.lookup) {
+        return;
+    }
+    // A step commits at most k + 1 tokens; never propose past what may be written.
+    const int32_t room = std::max(0, std::min(session_.spec.block_size() - 1, r.emitter->remaining() - 1));
+    if (room == 0 || !r.lookup_budget.propose_now()) {
+        return;
+    }
+    std::vector<int32_t> context = session_.lanes[static_cast<size_t>(r.lane())].tokens();
+    context.push_back(r.pending);
+    propose_from_context(context, room, session_.opts.lookup_min, r.proposals);
+    r.looked_up = !r.proposals.empty();
+}
+
+bool BatchScheduler::verify(Running & r) {
+    llama_context * ctx = session_.engine.context.get();
+    const int32_t lane = r.lane();
+    LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
+    const int32_t n = live.size();  // where `pending` went
+    const auto k = static_cast<int32_t>(r.proposals.size());
+    // Greedy without a grammar reads each row's argmax from the graph, as the solo
+    // verify does (decode_speculative.cpp): the same rule on the same logits.
+    const bool device_argmax = r.picker->argmax_only() && session_.engine.output_argmax;
+    // Row i holds the logits after the token at position n + i; its pick is committed,
+    // and row i + 1 is only meaningful while that pick is the proposal there.
+    int32_t i = 0;
+    uint64_t accepted = 0;
+    bool more = true;
+    std::optional<llama_token> picked;
+    while (true) {
+        const float * logits = llama_get_logits_ith(ctx, r.row + i);
+        picked = device_argmax ? TokenPicker::pick_device_argmax(ctx, r.row + i) : r.picker->pick(logits);
+        more = r.emitter->emit(picked, logits);
+        if (more && i < k && *picked == r.proposals[static_cast<size_t>(i)]) {
+            ++accepted;
+            ++i;
+            continue;
+        }
+        break;
+    }
+    // Positions n .. n + i are committed; the rest of this sequence's block goes: its KV
+    // cells, and on a hybrid model its recurrent state returns to the engine's copy for
+    // position n + i (n_rs_seq), which the engine keeps per sequence.
+    const int32_t kept = i + 1;
+    if (kept < k + 1 && !llama_memory_seq_rm(llama_get_memory(ctx), lane, n + kept, -1)) {
+        throw ProtocolError(ErrorCode::kDecodeFailed, "the engine could not roll sequence " + std::to_string(lane) +
+                                                          " back to position " + std::to_string(n + kept));
+    }
+    std::vector<int32_t> kept_tokens;
+    kept_tokens.reserve(static_cast<size_t>(kept));
+    kept_tokens.push_back(r.pending);
+    kept_tokens.insert(kept_tokens.end(), r.proposals.begin(), r.proposals.begin() + (kept - 1));
+    live.decoded(kept_tokens.data(), kept_tokens.size(), r.row + i);
+    if (r.looked_up) {
+        r.lookup_budget.update(k, static_cast<int32_t>(accepted));
+    }
+    ++r.counters.steps;
+    r.counters.proposed += static_cast<uint64_t>(k);
+    r.counters.accepted += accepted;
+    r.proposals.clear();
+    if (!more) {
+        r.has_pending = false;
+        return false;
+    }
+    r.pending = *picked;  // picked and written: the next step decodes it
+    r.has_pending = true;
+    return true;
 }
 
 bool BatchScheduler::before_preempted(const Running & r) const {
@@ -347,7 +443,7 @@ std::vector<std::string> BatchScheduler::step() {
     if (running_.empty()) {
         return done;
     }
-    if (session_.spec.active()) {
+    if (runs_whole()) {
         done.push_back(run_speculative(*running_.front()));
         reap();
         return done;
@@ -390,6 +486,7 @@ std::vector<std::string> BatchScheduler::step() {
             }
         }
         r->in_step = true;
+        propose(*r);
     }
     // Then prompt chunks, oldest first, within one chunk's worth of tokens; none for a
     // sequence that came after one still preempted.
@@ -432,9 +529,14 @@ std::vector<std::string> BatchScheduler::step() {
                 continue;
             }
             if (r->decoding) {
+                // Its pending token, then its proposals (a verify block, 5.9), every row
+                // with logits.
+                const int32_t n = session_.lanes[static_cast<size_t>(r->lane())].size();
                 r->row = batch_.size();
-                batch_.add(r->pending, session_.lanes[static_cast<size_t>(r->lane())].size(), /*want_logits =*/true,
-                           r->lane());
+                batch_.add(r->pending, n, /*want_logits =*/true, r->lane());
+                for (size_t i = 0; i < r->proposals.size(); ++i) {
+                    batch_.add(r->proposals[i], n + 1 + static_cast<int32_t>(i), /*want_logits =*/true, r->lane());
+                }
                 continue;
             }
             for (int32_t i = r->pos; i < r->chunk_end; ++i) {
@@ -469,8 +571,18 @@ std::vector<std::string> BatchScheduler::step() {
         const int32_t lane = r->lane();
         LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
         if (r->decoding) {
-            live.decoded(&r->pending, 1, r->row);
-            r->has_pending = false;
+            if (r->proposals.empty()) {
+                live.decoded(&r->pending, 1, r->row);
+                r->has_pending = false;
+                continue;
+            }
+            try {
+                if (!verify(*r)) {
+                    done.push_back(finish(*r));
+                }
+            } catch (const ProtocolError & error) {
+                done.push_back(fail(*r, error.code(), error.what()));
+            }
             continue;
         }
         try {

@@ -20,6 +20,12 @@
 // starts its prefill. Nothing written is taken back and nothing is dropped; its summary
 // is as if it had run unbroken (PROTOCOL.md 9.6).
 //
+// Prompt lookup (PROTOCOL.md 9.5): a decoding sequence that runs it puts its pending
+// token and its proposals in the step's batch (a verify block, 5.9) instead of the
+// pending token alone; after the decode it keeps the longest agreeing prefix and rolls
+// back the rest of its own sequence (seq_rm: its KV cells, and the recurrent state the
+// engine keeps per sequence and per position of the block, n_rs_seq).
+//
 // The main loop (daemon.cpp) runs a step whenever generations are running and no
 // command is waiting; commands that may run alongside are answered between steps.
 #pragma once
@@ -37,6 +43,7 @@
 #include "engine/prefix_reuse.h"
 #include "engine/sampling.h"
 #include "engine/snapshots.h"
+#include "engine/speculative.h"
 
 namespace lucerna {
 
@@ -73,8 +80,18 @@ private:
     // Writes the end record and returns the done line; releases the lane.
     std::string finish(Running & r);
     std::string fail(Running & r, ErrorCode code, const std::string & detail);
-    // A speculative daemon serves one sequence (--parallel 1): its generation runs whole.
+    // A daemon with an attached draft or the oracle serves one sequence (--parallel 1,
+    // PROTOCOL.md 9.5): each of its generations runs whole (run_generation), in one step.
+    bool runs_whole();
     std::string run_speculative(Running & r);
+    // Prompt lookup with several sequences (PROTOCOL.md 9.5): each decoding sequence
+    // that runs it carries its verify block (its pending token and its proposals) in the
+    // step's one batch beside the other sequences' rows. propose() fills r.proposals for
+    // this step (none: a plain one-row decode); verify() picks from the block's rows after
+    // the decode, commits the longest agreeing prefix, rolls the rest of r's sequence back
+    // and returns whether r goes on (false: it ended, finish it).
+    void propose(Running & r);
+    bool verify(Running & r);
     // Preemption (above): frees room in the pool for the step; false when nothing can be
     // freed. A victim whose state cannot be copied out fails instead (its done line goes
     // to `done`), which frees its cells too.

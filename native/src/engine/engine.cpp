@@ -177,9 +177,12 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             cparams.n_batch = std::max(cparams.n_batch, static_cast<uint32_t>(opts.draft_block_size + 1));
         }
         if (opts.parallel > 1) {
-            // A batched step carries one decode token per running sequence beside a
-            // whole prefill chunk (daemon/batch_scheduler.h), in one micro-batch.
-            cparams.n_batch += static_cast<uint32_t>(opts.parallel);
+            // A batched step carries one decode token per running sequence (a verify
+            // block of a speculative one) beside a whole prefill chunk
+            // (daemon/batch_scheduler.h), in one micro-batch.
+            cparams.n_batch = static_cast<uint32_t>(loaded.n_chunk) +
+                              static_cast<uint32_t>(opts.parallel) *
+                                  static_cast<uint32_t>(opts.speculative() ? opts.draft_block_size : 1);
         }
         cparams.n_ubatch = cparams.n_batch;
         cparams.n_seq_max = static_cast<uint32_t>(opts.parallel);
