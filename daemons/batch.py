@@ -56,11 +56,14 @@ log = logging.getLogger("lucerna.daemon")
 class SequenceStream:
     """The tokens of one protocol 2 generation as they arrive; ``summary`` once it ended."""
 
-    def __init__(self, client: BatchClient, command: Generate | Restore) -> None:
+    def __init__(self, client: BatchClient, command: Generate | Restore, n_prompt: int = 0) -> None:
         assert command.seq is not None
         self.seq = command.seq
         self._client = client
         self._command = command
+        # With prompt_logprobs the first n_prompt - 1 records are the prompt's (9.2, 5.1).
+        scoring = isinstance(command, Generate) and command.prompt_logprobs
+        self._prompt_wanted = max(0, n_prompt - 1) if scoring else 0
         self._send, self._receive = trio.open_memory_channel[tuple[int, ...]](math.inf)
         self._ended = trio.Event()  # the end record was read
         self._finished = trio.Event()  # the done line was read
@@ -89,6 +92,23 @@ class SequenceStream:
         reader = LogprobStreamReader(self._command.logprobs)
         (self.logprobs,) = reader.feed(struct.pack(f"<{len(values)}i", *values))
         return self.logprobs.token
+
+    async def read_prompt_logprobs(self) -> list[TokenLogprobs]:
+        """The prompt tokens' records (``prompt_logprobs``), which come before any
+        generated token; fewer when the generation was cancelled, none when it did not
+        ask for them."""
+        records: list[TokenLogprobs] = []
+        if self._prompt_wanted == 0:
+            return records
+        assert self._command.logprobs is not None  # the daemon refuses it without
+        reader = LogprobStreamReader(self._command.logprobs)
+        while len(records) < self._prompt_wanted:
+            try:
+                values = await self._receive.receive()
+            except trio.EndOfChannel:
+                break
+            records += reader.feed(struct.pack(f"<{len(values)}i", *values))
+        return records
 
     async def collect(self) -> list[int]:
         """Every remaining token, then the summary is set."""
@@ -208,8 +228,12 @@ class BatchClient:
         return reply.fields.get("running") == "1"
 
     @asynccontextmanager
-    async def open_sequence(self, command: Generate | Restore) -> AsyncIterator[SequenceStream]:
+    async def open_sequence(self, command: Generate | Restore,
+                            n_prompt: int = 0) -> AsyncIterator[SequenceStream]:
         """Start ``command`` (which names its ``seq``) and yield its stream.
+
+        ``n_prompt`` is the prompt's length, which a ``prompt_logprobs`` stream needs to
+        tell the prompt's records from the generated tokens' (the command may name a file).
 
         Leaving the block before the stream ended cancels the generation and drains it,
         so the sequence is free again when the block is left.
@@ -223,7 +247,7 @@ class BatchClient:
                 f"{command.name} needs seq= in 0..{self.parallel - 1}, got {command.seq}")
         if command.seq in self._sequences:
             raise self._refusal("seq_busy", f"sequence {command.seq} is still generating")
-        stream = SequenceStream(self, command)
+        stream = SequenceStream(self, command, n_prompt)
         try:
             await self._exchange(command, before_send=stream)
         except BaseException:

@@ -216,12 +216,6 @@ async def prepare_generation(model: ServedModel, generation: GenerationRequest,
         generation = await model.prefill.apply(
             generation, headers, target=model, tokenize=functools.partial(prompt_ids, model))
     completion_budget(model, generation)
-    if generation.prompt_logprobs and model.parallel > 1:
-        # The daemon scores a prompt in protocol 1 only (PROTOCOL.md 9.2: a batched
-        # prefill outputs one row per chunk), which a --parallel client does not speak.
-        raise BadRequestError(f"model {model.name!r} runs {model.parallel} sequences at once "
-                              "and cannot score the prompt (echo with logprobs); set "
-                              "parallel = 1 for it (or --parallel 1)", param="echo")
     if generation.lookup and model.launch.lookup is None:
         raise BadRequestError(f"model {model.name!r} serves no prompt lookup (its lookup "
                               'setting is "off"); leave lookup out, or set lookup = "opt-in" '

@@ -144,7 +144,8 @@ class SlotClient(DaemonClient):
             raise ValueError(f"seq={held} is not held: hold it with sequence() first")
         seq = await self._take_slot() if held is None else held
         try:
-            async with self.batch.open_sequence(dataclasses.replace(command, seq=seq)) as stream:
+            async with self.batch.open_sequence(dataclasses.replace(command, seq=seq),
+                                                len(prompt)) as stream:
                 yield stream
         finally:
             if held is None:

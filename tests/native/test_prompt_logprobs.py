@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol import LogprobStreamReader, TokenLogprobs
+from tests.native.test_batching import Lanes
 from tests.native.test_dflash import EXACT, exact_model, ids, prompts  # noqa: F401
 
 ONE_THREAD = "--threads=1"
@@ -135,3 +136,35 @@ def test_teacher_forcing_gives_the_generated_values(
           f"F32 qwen35 {worst32:.3g}")
     assert worst16 <= F16_TOLERANCE
     assert worst32 <= F32_TOLERANCE
+
+
+def test_a_sequence_of_a_parallel_daemon_scores_its_prompt(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    # Protocol 2 (PROTOCOL.md 9.2): the same records as protocol 1's, framed, while
+    # another sequence generates beside it; chunks of 4, so they span three chunks. In
+    # the deterministic mode (one KV stream per sequence, as it needs with several) a
+    # row does not depend on its batch, so the records are protocol 1's bit for bit.
+    daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--chunk=4", ONE_THREAD,
+                   "--parallel=2", "--deterministic=on", "--kv-unified=off")
+    daemon.ready()
+    prompt = ids(PROMPT)
+    alone, reply = daemon.stream_command(f"generate {prompt} 3 ignore_eos=1 logprobs=3 "
+                                         "prompt_logprobs=1")
+    daemon.ok(reply, "generate")
+    want = records(alone, 3)
+    lanes = Lanes(daemon)
+    lanes.start(f"generate {ids([40, 1079, 264, 3363])} 12 ignore_eos=1", 0)
+    lanes.start(f"generate {prompt} 3 ignore_eos=1 logprobs=3 prompt_logprobs=1", 1)
+    lanes.wait_done({0, 1})
+    assert "n_gen=12 " in lanes.done[0] and "n_gen=3 " in lanes.done[1], lanes.done
+    got = records([word for record in lanes.records[1] for word in record], 3)
+    assert [r.token for r in got[:9]] == PROMPT[1:]
+    assert got == want
+    # Scoring alone generates nothing, and is not refused with seq=.
+    lanes.start(f"generate {prompt} 0 logprobs=0 prompt_logprobs=1", 1)
+    lanes.wait_done({1})
+    assert "n_gen=0 " in lanes.done[1] and "finish=length" in lanes.done[1], lanes.done[1]
+    scored = [word for record in lanes.records[1] for word in record][-9 * 2:]
+    assert records(scored, 0) == [TokenLogprobs(r.token, r.logprob, ()) for r in want[:9]]
+    assert daemon.quit() == 0

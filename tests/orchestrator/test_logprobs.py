@@ -7,8 +7,6 @@ finite and at most 0; streamed and non-streamed replies carry the same entries.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -107,33 +105,10 @@ def test_completions_logprobs_and_echo(server: LucernaServer) -> None:
     assert "".join(c.choices[0].text for c in chunks) == echoed.choices[0].text
 
 
-@pytest.fixture(scope="module")
-def one_sequence_server(default_model: Path, tmp_path_factory: pytest.TempPathFactory,
-                        ) -> Iterator[LucernaServer]:
-    """The default model with ``parallel = 1``: scoring a prompt is protocol 1 only
-    (PROTOCOL.md 9.2), and the default ``parallel`` fits the memory (8 here)."""
-    srv = LucernaServer(tmp_path_factory.mktemp("one-seq") / "serve.log", "--model", "default",
-                        "--n-ctx", "2048", "--parallel", "1")
-    try:
-        srv.wait_healthy()
-        yield srv
-    finally:
-        srv.stop()
-
-
-def test_a_batching_model_refuses_to_score_the_prompt_with_a_fix(server: LucernaServer) -> None:
-    # The shared server runs the default parallel (several sequences): until the daemon
-    # scores prompts in protocol 2, echo with logprobs there is a 400 naming the fix.
-    client = openai_client(server)
-    with pytest.raises(openai.BadRequestError, match="parallel = 1"):
-        client.completions.create(model=MODEL, prompt="The capital of France is", echo=True,
-                                  logprobs=2, max_tokens=0)
-
-
-def test_completions_echo_scores_the_prompt(one_sequence_server: LucernaServer) -> None:
+def test_completions_echo_scores_the_prompt(server: LucernaServer) -> None:
     """What evaluation harnesses send (lm-eval-harness's loglikelihood): echo, logprobs
     and max_tokens 0, then the same with a completion after the prompt."""
-    client = openai_client(one_sequence_server)
+    client = openai_client(server)
     prompt = "The capital of France is"
     scored = client.completions.create(model=MODEL, prompt=prompt, echo=True, logprobs=2,
                                        max_tokens=0)

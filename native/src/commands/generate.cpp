@@ -208,10 +208,6 @@ GenerateRequest parse_generate_request(const Session & session, const CommandLin
         throw ProtocolError(ErrorCode::kBadArgs,
                             "prompt_logprobs=1 needs logprobs=K (the alternatives each record carries)");
     }
-    if (req.prompt_logprobs && req.seq >= 0) {
-        // The batched prefill outputs one row per chunk (PROTOCOL.md 9.2).
-        throw ProtocolError(ErrorCode::kBadArgs, "prompt_logprobs=1 is protocol 1 only; drop seq=");
-    }
     // Scoring a prompt alone (an evaluation harness's loglikelihood) generates nothing.
     req.n_gen = static_cast<int32_t>(
         parse_int("n_gen", n_gen, req.prompt_logprobs ? 0 : 1, std::numeric_limits<int32_t>::max()));

@@ -46,6 +46,11 @@ struct BatchScheduler::Running {
     bool preempted = false;
     std::unique_ptr<Snapshot> parked;
     int32_t row = -1;            // its (or its chunk's last) batch index
+    int32_t first_row = -1;      // its chunk's first batch index (prompt_logprobs)
+    // prompt_logprobs: the prompt positions whose following token's record is written
+    // (a generation preempted before its prompt had logits prefills again from 0, and a
+    // record once written is never written twice).
+    int32_t scored = 0;
     // Prompt lookup (PROTOCOL.md 9.5): the proposers this generation runs, its counters,
     // its back-off, and this step's proposals (verified in rows row + 1 .. row + k).
     SpecChoice choice;
@@ -105,7 +110,8 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
         }
         load_snapshot(ctx, *r->from, live, nullptr, lane);
         r->reused = {ReusedPrefix::Source::kSlot, static_cast<int32_t>(r->from->tokens.size()), -1};
-    } else if (q.reuse) {
+    } else if (q.reuse && !q.prompt_logprobs) {
+        // (prompt_logprobs needs every prompt position's logits: it prefills them all.)
         const int32_t limit = q.snap_pos != 0 ? q.snap_pos - 1 : r->n_prompt();
         r->reused = reuse_prefix(ctx, live, session_.snapshots, q.prompt, limit, nullptr, lane);
         share_from_other_lane(*r, limit);
@@ -469,6 +475,10 @@ std::vector<std::string> BatchScheduler::step() {
         if (!r->decoding) {
             continue;
         }
+        if (r->req.n_gen == 0) {
+            done.push_back(finish(*r));  // prompt_logprobs alone: its records were all
+            continue;
+        }
         if (!r->has_pending) {
             LiveSequence & live = session_.lanes[static_cast<size_t>(r->lane())];
             try {
@@ -539,10 +549,12 @@ std::vector<std::string> BatchScheduler::step() {
                 }
                 continue;
             }
+            r->first_row = batch_.size();
             for (int32_t i = r->pos; i < r->chunk_end; ++i) {
-                // As in a solo run, every chunk outputs its last position (generate.cpp).
-                batch_.add(r->req.prompt[static_cast<size_t>(i)], i, /*want_logits =*/i == r->chunk_end - 1,
-                           r->lane());
+                // As in a solo run, every chunk outputs its last position (generate.cpp),
+                // and with prompt_logprobs every position.
+                batch_.add(r->req.prompt[static_cast<size_t>(i)], i,
+                           /*want_logits =*/r->req.prompt_logprobs || i == r->chunk_end - 1, r->lane());
             }
             r->row = batch_.size() - 1;
         }
@@ -588,6 +600,15 @@ std::vector<std::string> BatchScheduler::step() {
         try {
             const int32_t pos = r->pos;
             const int32_t end = r->chunk_end;
+            if (r->req.prompt_logprobs) {
+                // Row i - pos predicts the token at i + 1; the last prompt position's row
+                // predicts the first generated token, which the decode picks.
+                for (int32_t i = std::max(pos, r->scored); i < end && i + 1 < r->n_prompt(); ++i) {
+                    r->emitter->emit_prompt(r->req.prompt[static_cast<size_t>(i) + 1],
+                                            llama_get_logits_ith(ctx, r->first_row + (i - pos)));
+                }
+                r->scored = std::max(r->scored, end);
+            }
             live.decoded(r->req.prompt.data() + pos, static_cast<size_t>(end - pos), r->row);
             session_.stats.tokens_prompt += static_cast<uint64_t>(end - pos);
             r->pos = end;
