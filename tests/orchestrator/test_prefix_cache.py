@@ -75,16 +75,16 @@ def servers(native: Any, default_model: Path, test_models: dict[str, Path],
 
 
 def chat(server: LucernaServer, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    response = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=120, json={
+    response = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=300, json={
         "model": model, "messages": messages, "max_tokens": 10, "temperature": 0})
     assert response.status_code == 200, response.text
     return response.json()  # type: ignore[no-any-return]
 
 
-def converse(server: LucernaServer, model: str, topic: str,
-             turns: int = 3) -> list[tuple[str, int, int]]:
+def converse(server: LucernaServer, model: str, topic: str, turns: int = 3,
+             system: str = SYSTEM) -> list[tuple[str, int, int]]:
     """(answer, prompt tokens, cached tokens) of each turn of a growing conversation."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     out = []
     for turn in range(turns):
         messages.append({"role": "user", "content": f"Step {turn} of {topic}: what next?"})

@@ -30,6 +30,7 @@ from orchestrator.parallel_default import DEFAULT_PARALLEL_CAP
 from orchestrator.prefix_cache import CacheSettings, PrefixCache
 from orchestrator.slots import SlotClient, open_slot_client
 from tests.conftest import LucernaServer
+from tests.orchestrator.test_prefix_cache import chat, converse, distinct_prompt
 
 PARALLEL = 4
 MODELS = ("qwen3", "qwen35")  # attention-only, and hybrid (recurrent state per sequence)
@@ -68,29 +69,6 @@ def servers(native: NativeBuild, test_models: dict[str, Path],
         cached.stop()
 
 
-def chat(server: LucernaServer, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    response = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=300, json={
-        "model": model, "messages": messages, "max_tokens": 10, "temperature": 0})
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
-
-
-def converse(server: LucernaServer, model: str, topic: str,
-             turns: int) -> list[tuple[str, int, int]]:
-    """(answer, prompt tokens, cached tokens) of each turn of a growing conversation."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
-    out = []
-    for turn in range(turns):
-        messages.append({"role": "user", "content": f"Step {turn} of {topic}: what next?"})
-        body = chat(server, model, messages)
-        answer = body["choices"][0]["message"]["content"]
-        usage = body["usage"]
-        out.append((answer, usage["prompt_tokens"],
-                    usage["prompt_tokens_details"]["cached_tokens"]))
-        messages.append({"role": "assistant", "content": answer})
-    return out
-
-
 def converse_at_once(server: LucernaServer, model: str, topics: list[str],
                      turns: int) -> dict[str, list[tuple[str, int, int]]]:
     """``converse`` for every topic at once, one thread each."""
@@ -99,7 +77,7 @@ def converse_at_once(server: LucernaServer, model: str, topics: list[str],
 
     def run(topic: str) -> None:
         try:
-            results[topic] = converse(server, model, topic, turns)
+            results[topic] = converse(server, model, topic, turns, system=SYSTEM)
         except BaseException as exc:  # reported below, in the test's thread
             errors.append(exc)
 
@@ -129,8 +107,8 @@ def test_an_agent_conversation_reuses_its_history_with_several_sequences(
     from slots), and the default parallel with the defaults (one pool: the daemon's own
     sequences and 9.7 serve it)."""
     cached, cold = servers
-    with_cache = converse(cached, model, "the pump overhaul", turns=8)
-    without = converse(cold, model, "the pump overhaul", turns=8)
+    with_cache = converse(cached, model, "the pump overhaul", turns=8, system=SYSTEM)
+    without = converse(cold, model, "the pump overhaul", turns=8, system=SYSTEM)
     if model in MODELS:
         # Deterministic mode: token for token. "auto" runs with the defaults, where a
         # reused state may round differently at a near-tie (test_prefix_cache.py): its
@@ -256,7 +234,7 @@ def test_props_and_status_show_the_default_parallel_with_the_cache_on(
     assert props["prefix_cache"]["enabled"]
     status = httpx.get(f"{cached.base_url}/status").json()["models"]["auto"]
     assert status["parallel_choice"] == choice and status["prefix_cache"]["enabled"]
-    converse(cached, "auto", "defaults", turns=2)
+    converse(cached, "auto", "defaults", turns=2, system=SYSTEM)
     after = httpx.get(f"{cached.base_url}/status").json()["models"]["auto"]["prefix_cache"]
     assert after["hits"] >= 1 and after["tokens_reused"] > 0
 
@@ -267,10 +245,6 @@ def parallel_launch(native: NativeBuild, test_models: dict[str, Path]) -> Daemon
     return DaemonLaunch(role=ROLES["qwen35"], executable=native.binary("qwen35"),
                         model=test_models["qwen3"], n_ctx=1024 * PARALLEL, threads=1, chunk=32,
                         slots=8, parallel=PARALLEL)
-
-
-def distinct_prompt(seed: int, n: int = 80) -> list[int]:
-    return [1000 + (seed * 7919 + i * 104729) % 30000 for i in range(n)]
 
 
 async def turn(cache: PrefixCache, client: DaemonClient, prompt: list[int],

@@ -1,6 +1,6 @@
 """What the prefix cache gives a model served with several sequences: a measurement.
 
-    python -m orchestrator.prefix_cache_bench --model PATH [--threads N] [--out FILE]
+    python -m orchestrator.bench.prefix_cache_parallel --model PATH [--threads N] [--out FILE]
 
 starts ``lucerna serve`` on the GGUF three times (the prefix cache on, its defaults) and
 replays the ``agent`` conversation (orchestrator/bench/agent.py: a coding agent's eight
@@ -170,7 +170,7 @@ def tables(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.prefix_cache_bench",
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.bench.prefix_cache_parallel",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--model", required=True, help="GGUF file ('default' for gemma3-270m)")
     parser.add_argument("--threads", type=int, default=2)
