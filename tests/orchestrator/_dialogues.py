@@ -21,6 +21,10 @@ from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMes
 from tests.conftest import LucernaServer
 
 MODEL = "gemma3-270m"
+# Past the default model's training context (32,768 tokens), so past what one request
+# may hold whatever the server's parallel: with several sequences a request may use the
+# whole KV pool, n_ctx x parallel, up to that context (docs/batching.md).
+TOO_LONG = "lamp " * 40_000
 CITIES = ("Paris", "Rome")
 QUESTION = "What is the weather in Oslo?"
 EXPECTED_ARGUMENTS = {"city": "Oslo"}
@@ -56,7 +60,7 @@ def check_openai_errors(create: Callable[..., Any], prompt_key: str) -> None:
     assert missing.value.code == "model_not_found"
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as too_long:
-            create(model=MODEL, stream=stream, **{prompt_key: "lamp " * 3000})
+            create(model=MODEL, stream=stream, **{prompt_key: TOO_LONG})
         assert too_long.value.code == "context_length_exceeded"
 
 

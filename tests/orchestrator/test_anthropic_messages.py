@@ -8,7 +8,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from anthropic.types import MessageParam, TextBlock, TextBlockParam, ToolUseBlock
+from anthropic.types import MessageParam, TextBlock, TextBlockParam, ToolUseBlock, Usage
 
 from tests.conftest import LucernaServer
 from tests.orchestrator._dialogues import (
@@ -16,6 +16,7 @@ from tests.orchestrator._dialogues import (
     EXPECTED_ARGUMENTS,
     MODEL,
     QUESTION,
+    TOO_LONG,
     anthropic_messages,
 )
 
@@ -41,10 +42,15 @@ def test_text_stream_and_create_agree(server: LucernaServer) -> None:
                                       max_tokens=32, extra_body=GREEDY)
     [created_text] = created.content
     assert isinstance(created_text, TextBlock) and created_text.text == text
-    assert created.usage.input_tokens == final.usage.input_tokens
+    # The same prompt; the second may read it from the first's cached state, which
+    # Anthropic's usage counts apart from input_tokens (cache_read_input_tokens).
+    def prompt_tokens(usage: Usage) -> int:
+        return usage.input_tokens + (usage.cache_read_input_tokens or 0)
+
+    assert prompt_tokens(created.usage) == prompt_tokens(final.usage)
     assert created.usage.output_tokens == final.usage.output_tokens > 0
     counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=HI)
-    assert counted.input_tokens == created.usage.input_tokens
+    assert counted.input_tokens == prompt_tokens(created.usage)
 
 
 def test_max_tokens_and_stop_sequences(server: LucernaServer) -> None:
@@ -121,7 +127,7 @@ def test_every_event_is_named(server: LucernaServer) -> None:
       "max_tokens": 4}, 400, "invalid_request_error"),
     ({"model": MODEL, "messages": HI, "max_tokens": 4, "tool_choice": {"type": "tool"}}, 400,
      "invalid_request_error"),
-    ({"model": MODEL, "messages": [{"role": "user", "content": "lamp " * 3000}],
+    ({"model": MODEL, "messages": [{"role": "user", "content": TOO_LONG}],
       "max_tokens": 4, "stream": True}, 400, "invalid_request_error"),
 ])
 def test_errors_have_the_anthropic_shape(
@@ -138,7 +144,7 @@ def test_sdk_raises_its_own_errors(server: LucernaServer) -> None:
     client = client_for(server)
     with pytest.raises(anthropic.NotFoundError):
         client.messages.create(model="no-such-model", messages=HI, max_tokens=4)
-    too_long: list[MessageParam] = [{"role": "user", "content": "lamp " * 3000}]
+    too_long: list[MessageParam] = [{"role": "user", "content": TOO_LONG}]
     with pytest.raises(anthropic.BadRequestError, match="maximum context length"):
         client.messages.create(model=MODEL, messages=too_long, max_tokens=4)
     # Counting is how a client finds out it must compact, so it counts what does not fit.

@@ -61,6 +61,7 @@ keepalive = "250ms"
 name = "near"
 path = "{default_model}"
 n_ctx = 2048
+parallel = 1
 threads = 1
 deterministic = true
 
@@ -69,6 +70,7 @@ name = "far"
 path = "{default_model}"
 host = "far"
 n_ctx = 2048
+parallel = 1
 threads = 1
 deterministic = true
 

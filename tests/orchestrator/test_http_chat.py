@@ -19,6 +19,7 @@ from daemons.native import NativeBuild
 from daemons.roles import DaemonLaunch, role_named
 from orchestrator.chat_template import FALLBACK_STOP, ChatTemplate
 from tests.conftest import LucernaServer
+from tests.orchestrator._dialogues import TOO_LONG
 
 MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "List three colours of the rainbow."}]
@@ -139,7 +140,7 @@ def test_errors_have_the_openai_shape(server: LucernaServer) -> None:
     assert not_found.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="gemma3-270m", messages=[])
-    long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": "lamp " * 3000}]
+    long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": TOO_LONG}]
     with pytest.raises(openai.BadRequestError) as too_long:
         client.chat.completions.create(model="gemma3-270m", messages=long_prompt)
     assert too_long.value.code == "context_length_exceeded"
