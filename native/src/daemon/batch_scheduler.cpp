@@ -476,7 +476,7 @@ std::vector<std::string> BatchScheduler::step() {
             continue;
         }
         if (r->req.n_gen == 0) {
-            done.push_back(finish(*r));  // prompt_logprobs alone: its records were all
+            done.push_back(finish(*r));  // prompt_logprobs with n_gen=0: nothing to generate
             continue;
         }
         if (!r->has_pending) {
