@@ -17,9 +17,9 @@ while the others leave it room, and the daemon preempts when it runs short.
 (a quarter of available RAM by default) and other models; the cap keeps one
 request's decode pace from falling too far on a CPU (every step carries all N).
 
-A model with a draft, prompt lookup or PFlash serves one request at a time
-(``config._build._parallel_choice`` says why in ``source``). The prefix cache, on by
-default, does not hold ``parallel`` back: it serves every sequence
+A model with PFlash serves one request at a time, and one with a draft does unless
+``parallel`` is set (``config._build._parallel_choice`` says why in ``source``). The
+prefix cache, on by default, does not hold ``parallel`` back: it serves every sequence
 (orchestrator/prefix_cache.py), so ``source`` is ``memory`` with it on or off.
 """
 

@@ -162,7 +162,7 @@ def _cache_settings(server: ServerSettings, n_models: int) -> CacheSettings:
 
 def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy: bool,
                      backend: str) -> ParallelChoice:
-    """``parallel`` as configured, else one where a draft or PFlash needs it, else as
+    """``parallel`` as configured, else one with a draft or PFlash, else as
     many sequences as fit the memory (``orchestrator.parallel_default``). The prefix
     cache and prompt lookup run on every sequence (docs/prefix-cache.md, PROTOCOL.md
     9.5): on CPU 4 sequences with lookup gave 1.22x the tokens per CPU second of 1 with
@@ -170,7 +170,9 @@ def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy:
     if settings.parallel is not None:
         return ParallelChoice(settings.parallel, "configured")
     if settings.draft is not None:
-        return ParallelChoice(1, "draft: a speculative daemon serves one sequence")
+        # Configured, a draft runs on every sequence (PROTOCOL.md 9.5); by default one,
+        # whose solo loop pads every verify to one batch shape (a CUDA graph).
+        return ParallelChoice(1, "draft: one sequence unless parallel is set")
     if proxy or (settings.prefill is not None and settings.prefill.mode != "off"):
         return ParallelChoice(1, "prefill: PFlash drives the target one request at a time")
     return choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
@@ -180,10 +182,6 @@ def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy:
 def _check_parallel(settings: ModelSettings, where: str) -> None:
     if settings.parallel is None or settings.parallel == 1:
         return
-    if settings.draft is not None:
-        raise ConfigError(f"{where}: parallel = {settings.parallel} with a draft: a "
-                          "speculative daemon serves one sequence (PROTOCOL.md 9.5). Fix: "
-                          "set parallel = 1, or leave draft out.")
     if settings.prefill is not None and settings.prefill.mode != "off":
         raise ConfigError(f"{where}: parallel = {settings.parallel} with [models.prefill]: "
                           "PFlash drives the target one request at a time. Fix: set "

@@ -19,6 +19,7 @@ solo runs first: that is what lookup's equality rests on.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,6 +27,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.native.test_batching import Lanes
+from tests.native.test_dflash import oracle_schedule
 from tests.native.test_prompt_lookup import REPEAT_CODE, repeating_prompts
 
 DETERMINISTIC = "--deterministic=on"
@@ -223,11 +225,110 @@ def test_hybrid_rollback_per_sequence(
     assert daemon.quit() == 0
 
 
+def draft_daemon(spawn: Any, binary: Path, path: Path, parallel: int, *proposer: str) -> Any:
+    """A qwen35 daemon speculating with `proposer` (--draft, --draft-oracle) in the
+    deterministic mode, `parallel` sequences of N_CTX_SEQ each, tracing the draft's
+    proposals (LUCERNA_TRACE_DRAFT) to its stderr."""
+    split = ("--kv-unified=off",) if parallel > 1 else ()
+    daemon = spawn(binary, path, ONE_THREAD, DETERMINISTIC, CHUNK, f"--parallel={parallel}", *split,
+                   f"--n-ctx={parallel * N_CTX_SEQ}", *proposer,
+                   env={"LUCERNA_TRACE_DRAFT": "1"})  # fmt: skip
+    daemon.ready()
+    return daemon
+
+
+def counters(done: str) -> tuple[int, int, int]:
+    got = fields(done)
+    return int(got["draft_steps"]), int(got["draft_proposed"]), int(got["draft_accepted"])
+
+
+def traced_proposals(daemon: Any) -> dict[int, list[tuple[int, list[int]]]]:
+    """The draft's blocks from a daemon's trace: per sequence, (position, proposals)."""
+    out: dict[int, list[tuple[int, list[int]]]] = {}
+    for line in daemon.stderr().splitlines():
+        if " draft seq=" in line:
+            got = fields(line)
+            block = (int(got["pos"]), [int(t) for t in got["proposals"].split(",")])
+            out.setdefault(int(got["seq"]), []).append(block)
+    return out
+
+
+def test_concurrent_sequences_with_the_draft_are_their_solo_runs(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    """DFlash with several sequences (PROTOCOL.md 9.5): the draft holds a sequence per
+    lane, denoises every lane's block in one draft batch and ingests every committed row
+    at its lane. On the hybrid test model each of four concurrent greedy streams gives
+    its solo autoregressive tokens, and the draft proposes to it, block by block, the
+    tokens it proposes to the same prompt on a --parallel 1 draft daemon: it read that
+    sequence's own target features at their positions. (The test draft's weights are
+    random, so the target accepts almost none of them; the proposals are what shows the
+    draft's state.)"""
+    binary, path = native.binary("qwen35"), test_models["qwen35"]
+    draft = f"--draft={test_models['dflash']}"
+    prompts = repeating_prompts(PARALLEL, 5000, seed=29)
+    want = alone(spawn, binary, path, prompts)
+    solo_counters, solo_blocks = [], []
+    for prompt, tokens_alone in zip(prompts, want, strict=True):
+        solo = draft_daemon(spawn, binary, path, 1, draft)
+        tokens, reply = solo.stream_command(f"generate {ids(prompt)} {N_GEN} ignore_eos=1 reuse=0")
+        assert tokens == tokens_alone
+        solo_counters.append(counters(reply))
+        solo_blocks.append(traced_proposals(solo)[0])
+        assert solo.quit() == 0
+
+    daemon = draft_daemon(spawn, binary, path, PARALLEL, draft)
+    lanes = Lanes(daemon)
+    for seq, prompt in enumerate(prompts):
+        lanes.start(f"generate {ids(prompt)} {N_GEN} ignore_eos=1 reuse=0", seq)
+    lanes.wait_done(set(range(PARALLEL)), timeout=600.0)
+    blocks = traced_proposals(daemon)
+    for seq in range(PARALLEL):
+        done = lanes.done[seq]
+        assert fields(done)["spec"] == "dflash" and fields(done)["n_gen"] == str(N_GEN), done
+        assert lanes.tokens[seq] == want[seq], f"sequence {seq} beside {PARALLEL - 1} others"
+        assert counters(done) == solo_counters[seq], (seq, done, solo_counters[seq])
+        # The solo loop pads its blocks to the full block; the room cuts both alike.
+        assert len(blocks[seq]) == len(solo_blocks[seq]) > 0
+        for block, alone_block in zip(blocks[seq], solo_blocks[seq], strict=True):
+            assert block == alone_block, f"sequence {seq}: the draft's block at {block[0]}"
+    assert daemon.quit() == 0
+
+
+def test_concurrent_sequences_with_the_oracle_accept_on_schedule(
+    spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """The oracle with several sequences: each lane follows its own generation's
+    transcript, so four concurrent streams accept exactly the documented schedule
+    (PROTOCOL.md 5.9) each, and roll back at every depth of the block, and every one
+    gives its solo autoregressive tokens."""
+    binary, path = native.binary("qwen35"), test_models["qwen35"]
+    prompts = repeating_prompts(PARALLEL, 5000, seed=31)
+    want = alone(spawn, binary, path, prompts)
+    transcripts = [t for prompt, out in zip(prompts, want, strict=True)
+                   for t in (*prompt, *out, -1)]
+    oracle = tmp_path / "transcripts.bin"
+    oracle.write_bytes(struct.pack(f"<{len(transcripts)}i", *transcripts))
+    accept = 4.5
+    daemon = draft_daemon(spawn, binary, path, PARALLEL, f"--draft-oracle={oracle}",
+                          f"--oracle-accept={accept}")  # fmt: skip
+    lanes = Lanes(daemon)
+    for seq, prompt in reversed(list(enumerate(prompts))):
+        lanes.start(f"generate {ids(prompt)} {N_GEN} ignore_eos=1 reuse=0", seq)
+    lanes.wait_done(set(range(PARALLEL)), timeout=600.0)
+    for seq in range(PARALLEL):
+        done = lanes.done[seq]
+        assert fields(done)["spec"] == "oracle", done
+        assert lanes.tokens[seq] == want[seq], f"sequence {seq} beside {PARALLEL - 1} others"
+        assert counters(done) == oracle_schedule(accept, N_GEN), (seq, done)
+    assert daemon.quit() == 0
+
+
 def test_a_draft_daemon_runs_protocol_2_whole(
     spawn: Any, native: Any, test_models: dict[str, Path]
 ) -> None:
-    """--draft keeps --parallel 1 (PROTOCOL.md 9.5): a seq=0 generate runs whole, as the
-    version 1 one does, with its records, done line and counters."""
+    """With --parallel 1 a draft daemon runs a seq=0 generate whole (PROTOCOL.md 9.5), as
+    the version 1 one does, with its records, done line and counters."""
     daemon = spawn(native.binary("qwen35"), test_models["qwen35"], ONE_THREAD, DETERMINISTIC,
                    f"--draft={test_models['dflash']}")  # fmt: skip
     daemon.ready()

@@ -111,6 +111,29 @@ def test_a_slot_whose_tokens_start_the_prompt_is_reused(target: Any) -> None:
     target.command("free_snapshot 3")
 
 
+def test_a_slot_that_goes_past_the_prompt_is_cut_back_where_the_model_allows(target: Any) -> None:
+    """A repeated request: the slot holds an earlier conversation (its prompt and
+    reply), the prompt is that conversation's prompt again, or part of it. An
+    attention-only model takes the slot and cuts it back to all but the prompt's last
+    token; a model with an uncuttable part (recurrent state, window cache) cannot cut a
+    slot, and prefills."""
+    prompt = conversation(11, 60)
+    first, _ = generate(target, prompt, 8)
+    target.command("snapshot 4")  # the prompt and 7 of its 8 tokens (the last is undecoded)
+    generate(target, conversation(12, 30), 2)  # another conversation replaces the live one
+    for again in (prompt, prompt[:40] + conversation(13, 10)):
+        tokens, fields = generate(target, again, 8)
+        expected, _ = generate(target, again, 8, "reuse=0")
+        assert tokens == expected
+        if again is prompt:
+            assert tokens == first
+        cut = min(len(again) - 1, 60 if again is prompt else 40)
+        want = (str(cut), "4") if target.model == "qwen3" else ("0", None)
+        assert (fields["n_cached"], fields.get("cache_slot")) == want, (target.model, fields)
+        generate(target, conversation(12, 30), 2)
+    target.command("free_snapshot 4")
+
+
 def test_a_snap_caps_the_reuse_so_the_snapshot_is_taken(target: Any) -> None:
     prompt = conversation(9, 64)
     generate(target, prompt, 2)

@@ -290,13 +290,20 @@ def test_parallel_key_and_flag(tmp_path: Path) -> None:
         apply_overrides(None, Overrides(parallel=65))
 
 
-def test_parallel_refuses_a_draft(native: NativeBuild, test_models: dict[str, Path],
-                                  tmp_path: Path) -> None:
+def test_a_draft_runs_on_every_sequence_when_parallel_is_set(
+        native: NativeBuild, test_models: dict[str, Path], tmp_path: Path) -> None:
+    """A draft with ``parallel = 2`` (PROTOCOL.md 9.5); without it, one sequence."""
     config = tmp_path / "lucerna.toml"
-    config.write_text(f'[[models]]\nname = "a"\npath = "{test_models["qwen35"]}"\n'
-                      f'draft = "{test_models["dflash"]}"\nparallel = 2\n')
-    with pytest.raises(ConfigError, match="speculative daemon serves one sequence"):
-        build_models(load_config(config), native)
+    model = f'[[models]]\nname = "a"\npath = "{test_models["qwen35"]}"\n' \
+            f'draft = "{test_models["dflash"]}"\n'
+    config.write_text(model + "parallel = 2\n")
+    (served,) = build_models(load_config(config), native)
+    assert served.launch.parallel == 2 and served.launch.draft is not None
+    assert served.parallel_choice is not None and served.parallel_choice.source == "configured"
+    config.write_text(model)
+    (served,) = build_models(load_config(config), native)
+    assert served.launch.parallel is None
+    assert served.parallel_choice is not None and served.parallel_choice.source.startswith("draft")
 
 
 async def test_the_tokenizer_dying_restarts_the_model(slots_server: LucernaServer) -> None:

@@ -27,7 +27,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     llama_memory_t memory = llama_get_memory(ctx);
     LiveSequence & live = session.live;
     Speculator & spec = session.spec;
-    DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
+    DflashDraft * draft = spec.attached_draft();
     OracleProposer * oracle = choice.oracle ? spec.oracle() : nullptr;
     const int32_t block = spec.block_size();
     LookupBudget budget;

@@ -255,7 +255,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     llama_context * ctx = engine.context.get();
     LiveSequence & live = session.live;
     Speculator & spec = session.spec;
-    DflashDraft * draft = spec.draft() != nullptr && spec.draft()->attached() ? spec.draft() : nullptr;
+    DflashDraft * draft = spec.attached_draft();
     const auto n_prompt = static_cast<int32_t>(req.prompt.size());
     if (from && req.snap_pos != 0 && req.snap_pos < static_cast<int32_t>(from->tokens.size())) {
         throw ProtocolError(ErrorCode::kBadArgs, "snap=" + std::to_string(req.snap_pos) + ":" +
@@ -297,7 +297,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             clear_sequence(ctx, 0);
             live.clear();
             if (draft != nullptr) {
-                draft->clear();
+                draft->clear(0);
             }
         }
         const int32_t n_reused = reused.n_tokens;
@@ -405,7 +405,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         clear_sequence(ctx, 0);
         live.clear();
         if (draft != nullptr) {
-            draft->clear();
+            draft->clear(0);
         }
         throw;
     }

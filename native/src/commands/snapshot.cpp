@@ -28,7 +28,7 @@ std::string handle_snapshot(Session & session, const CommandLine & cmd) {
                             "sequence " + std::to_string(seq) + " is still generating; snapshot it after its done line");
     }
     auto snapshot = capture_snapshot(session.engine.context.get(), session.lanes[static_cast<size_t>(seq)],
-                                     session.engine.n_vocab, seq == 0 ? session.spec.draft() : nullptr, seq);
+                                     session.engine.n_vocab, session.spec.attached_draft(), seq);
     const auto n_tokens = static_cast<int64_t>(snapshot->tokens.size());
     const uint64_t bytes = snapshot->bytes();
     session.snapshots.put(slot, std::move(snapshot));

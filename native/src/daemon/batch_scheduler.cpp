@@ -46,7 +46,8 @@ struct BatchScheduler::Running {
     bool preempted = false;
     std::unique_ptr<Snapshot> parked;
     int32_t row = -1;            // its (or its chunk's last) batch index
-    int32_t first_row = -1;      // its chunk's first batch index (prompt_logprobs)
+    int32_t first_row = -1;      // its chunk's first batch index (prompt_logprobs, the draft)
+    int32_t kept = 0;            // rows of its verify block committed this step
     // prompt_logprobs: the prompt positions whose following token's record is written
     // (a generation preempted before its prompt had logits prefills again from 0, and a
     // record once written is never written twice).
@@ -58,6 +59,11 @@ struct BatchScheduler::Running {
     LookupBudget lookup_budget;
     std::vector<llama_token> proposals;
     bool looked_up = false;
+    int32_t room = 0;            // proposals this step may verify
+    bool wants_draft = false;    // the batched draft runs for it this step
+    // With the oracle too, the draft's output goes here and the oracle's is verified
+    // (PROTOCOL.md 5.9: the oracle in place of the draft's output, its cost kept).
+    std::vector<llama_token> replaced;
     std::chrono::steady_clock::time_point t_admit;
     std::chrono::steady_clock::time_point t_decode;
     double prefill_ms = 0.0;
@@ -97,9 +103,13 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
     }
     if (session_.spec.active()) {
         r->choice = session_.spec.choose(r->req.lookup, /*propose =*/r->req.logprobs < 0);
+        if (r->choice.oracle) {
+            session_.spec.oracle(lane)->begin(r->req.prompt);
+        }
     }
     llama_context * ctx = session_.engine.context.get();
     LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
+    DflashDraft * draft = session_.spec.attached_draft();
     const GenerateRequest & q = r->req;
     if (r->from) {
         if (q.snap_pos != 0 && q.snap_pos < static_cast<int32_t>(r->from->tokens.size())) {
@@ -108,21 +118,20 @@ void BatchScheduler::admit(GenerateRequest req, uint64_t generate_seq, const cha
                                                          " is inside the restored prefix (n_reused=" +
                                                          std::to_string(r->from->tokens.size()) + ")");
         }
-        load_snapshot(ctx, *r->from, live, nullptr, lane);
+        load_snapshot(ctx, *r->from, live, draft, lane);
         r->reused = {ReusedPrefix::Source::kSlot, static_cast<int32_t>(r->from->tokens.size()), -1};
     } else if (q.reuse && !q.prompt_logprobs) {
         // (prompt_logprobs needs every prompt position's logits: it prefills them all.)
         const int32_t limit = q.snap_pos != 0 ? q.snap_pos - 1 : r->n_prompt();
-        r->reused = reuse_prefix(ctx, live, session_.snapshots, q.prompt, limit, nullptr, lane);
+        r->reused = reuse_prefix(ctx, live, session_.snapshots, q.prompt, limit, draft, lane);
         share_from_other_lane(*r, limit);
     } else {
-        clear_sequence(ctx, lane);
-        live.clear();
+        clear_lane(lane);
     }
     r->pos = r->reused.n_tokens;
     r->picker = std::make_unique<TokenPicker>(q.sampling, session_.engine.vocab, q.grammar.get());
     if (q.snap_pos != 0 && q.snap_pos == r->pos) {
-        session_.snapshots.put(q.snap_slot, capture_snapshot(ctx, live, session_.engine.n_vocab, nullptr, lane));
+        session_.snapshots.put(q.snap_slot, capture_snapshot(ctx, live, session_.engine.n_vocab, draft, lane));
         r->snapped = true;
     }
     ++session_.stats.requests;
@@ -160,6 +169,9 @@ void BatchScheduler::share_from_other_lane(Running & r, int32_t limit) {
     }
     share_prefix(ctx, session_.lanes[static_cast<size_t>(lane)], lane, session_.lanes[static_cast<size_t>(from)],
                  from, best);
+    if (DflashDraft * draft = session_.spec.attached_draft()) {
+        draft->share(from, lane, best.n_tokens);
+    }
     r.reused = best;
     ++session_.stats.shared_prefixes;
 }
@@ -213,7 +225,7 @@ std::string BatchScheduler::finish(Running & r) {
 std::string BatchScheduler::fail(Running & r, ErrorCode code, const std::string & detail) {
     // The sequence is in a state we no longer know: start it over.
     if (session_.engine.context) {
-        clear_sequence(session_.engine.context.get(), r.lane());
+        clear_lane(r.lane());
     }
     session_.lanes[static_cast<size_t>(r.lane())].clear();
     r.ended = true;
@@ -222,8 +234,15 @@ std::string BatchScheduler::fail(Running & r, ErrorCode code, const std::string 
 }
 
 bool BatchScheduler::runs_whole() {
-    DflashDraft * draft = session_.spec.draft();
-    return session_.spec.oracle() != nullptr || (draft != nullptr && draft->attached());
+    return session_.opts.parallel <= 1 && (session_.spec.oracle() != nullptr || session_.spec.attached_draft() != nullptr);
+}
+
+void BatchScheduler::clear_lane(int32_t lane) {
+    clear_sequence(session_.engine.context.get(), lane);
+    session_.lanes[static_cast<size_t>(lane)].clear();
+    if (DflashDraft * draft = session_.spec.attached_draft()) {
+        draft->clear(lane);
+    }
 }
 
 std::string BatchScheduler::run_speculative(Running & r) {
@@ -250,18 +269,85 @@ std::string BatchScheduler::run_speculative(Running & r) {
 void BatchScheduler::propose(Running & r) {
     r.proposals.clear();
     r.looked_up = false;
-    if (!r.choice.lookup) {
-        return;
-    }
+    r.wants_draft = false;
     // A step commits at most k + 1 tokens; never propose past what may be written.
-    const int32_t room = std::max(0, std::min(session_.spec.block_size() - 1, r.emitter->remaining() - 1));
-    if (room == 0 || !r.lookup_budget.propose_now()) {
+    r.room = std::max(0, std::min(session_.spec.block_size() - 1, r.emitter->remaining() - 1));
+    if (r.room == 0 || !r.choice.any()) {
         return;
     }
-    std::vector<int32_t> context = session_.lanes[static_cast<size_t>(r.lane())].tokens();
-    context.push_back(r.pending);
-    propose_from_context(context, room, session_.opts.lookup_min, r.proposals);
-    r.looked_up = !r.proposals.empty();
+    std::vector<int32_t> context;
+    if (r.choice.lookup || r.choice.oracle) {
+        context = session_.lanes[static_cast<size_t>(r.lane())].tokens();
+        context.push_back(r.pending);
+    }
+    if (r.choice.lookup && r.lookup_budget.propose_now()) {
+        propose_from_context(context, r.room, session_.opts.lookup_min, r.proposals);
+        r.looked_up = !r.proposals.empty();
+    }
+    // Lookup first; the draft where it found nothing, for every such sequence in one
+    // draft batch (draft_proposals).
+    r.wants_draft = !r.looked_up && r.choice.draft;
+    if (r.choice.oracle) {
+        // The benchmark's proposer replaces the others (as in the solo loop).
+        session_.spec.oracle(r.lane())->propose(context, r.room, r.proposals);
+        r.proposals.resize(std::min(r.proposals.size(), static_cast<size_t>(r.room)));
+        r.looked_up = false;
+    }
+}
+
+void BatchScheduler::draft_proposals() {
+    DflashDraft * draft = session_.spec.attached_draft();
+    if (draft == nullptr) {
+        return;
+    }
+    std::vector<DflashDraft::Block> blocks;
+    std::vector<Running *> drafted;
+    for (const auto & r : running_) {
+        if (r->in_step && r->wants_draft && !r->ended) {
+            // Full blocks for every sequence (the room cuts them after): one shape of
+            // draft batch whichever sequences end soon.
+            blocks.push_back({r->lane(), r->pending, session_.lanes[static_cast<size_t>(r->lane())].size(),
+                              session_.spec.block_size() - 1, r->choice.oracle ? &r->replaced : &r->proposals});
+            drafted.push_back(r.get());
+        }
+    }
+    if (blocks.empty()) {
+        return;
+    }
+    const auto t_draft = std::chrono::steady_clock::now();
+    draft->propose(blocks);
+    // One draft batch served them all: each is charged its share of its time.
+    const double share = ms_since(t_draft) / static_cast<double>(drafted.size());
+    for (Running * r : drafted) {
+        if (!r->choice.oracle) {
+            r->proposals.resize(std::min(r->proposals.size(), static_cast<size_t>(r->room)));
+        }
+        r->counters.draft_ms += share;
+    }
+}
+
+void BatchScheduler::ingest_committed(const std::vector<DflashDraft::CommittedRows> & rows,
+                                      const std::vector<Running *> & owners, std::vector<std::string> & done) {
+    DflashDraft * draft = session_.spec.attached_draft();
+    if (draft == nullptr || rows.empty()) {
+        return;
+    }
+    const auto t_ingest = std::chrono::steady_clock::now();
+    try {
+        draft->ingest(session_.engine.context.get(), rows);
+    } catch (const ProtocolError & error) {
+        // The draft no longer mirrors these sequences: each fails, and starts over.
+        for (Running * r : owners) {
+            if (!r->ended) {
+                done.push_back(fail(*r, error.code(), error.what()));
+            }
+        }
+        return;
+    }
+    const double share = ms_since(t_ingest) / static_cast<double>(owners.size());
+    for (Running * r : owners) {
+        r->counters.draft_ms += share;
+    }
 }
 
 bool BatchScheduler::verify(Running & r) {
@@ -303,6 +389,7 @@ bool BatchScheduler::verify(Running & r) {
     kept_tokens.push_back(r.pending);
     kept_tokens.insert(kept_tokens.end(), r.proposals.begin(), r.proposals.begin() + (kept - 1));
     live.decoded(kept_tokens.data(), kept_tokens.size(), r.row + i);
+    r.kept = kept;
     if (r.looked_up) {
         r.lookup_budget.update(k, static_cast<int32_t>(accepted));
     }
@@ -344,7 +431,7 @@ void BatchScheduler::preempt(Running & r) {
     const int32_t lane = r.lane();
     LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
     if (!live.empty() && live.has_logits()) {
-        r.parked = capture_snapshot(ctx, live, session_.engine.n_vocab, nullptr, lane);
+        r.parked = capture_snapshot(ctx, live, session_.engine.n_vocab, session_.spec.attached_draft(), lane);
     } else {
         // Nothing decoded yet, or cut back by prefix reuse and not decoded since (no
         // logits to snapshot): it prefills again from its first token, in the chunks a
@@ -352,8 +439,7 @@ void BatchScheduler::preempt(Running & r) {
         r.reused = {};
         r.pos = 0;
     }
-    clear_sequence(ctx, lane);
-    live.clear();
+    clear_lane(lane);
     r.preempted = true;
     r.in_step = false;
     ++session_.stats.preempted;
@@ -362,8 +448,7 @@ void BatchScheduler::preempt(Running & r) {
 bool BatchScheduler::evict_idle_lane() {
     for (size_t lane = 0; lane < session_.lanes.size(); ++lane) {
         if (!lane_busy(static_cast<int32_t>(lane)) && !session_.lanes[lane].empty()) {
-            clear_sequence(session_.engine.context.get(), static_cast<llama_seq_id>(lane));
-            session_.lanes[lane].clear();
+            clear_lane(static_cast<int32_t>(lane));
             return true;
         }
     }
@@ -421,14 +506,13 @@ void BatchScheduler::resume_preempted() {
         LiveSequence & live = session_.lanes[static_cast<size_t>(r->lane())];
         if (r->parked) {
             try {
-                load_snapshot(ctx, *r->parked, live, nullptr, r->lane());
+                load_snapshot(ctx, *r->parked, live, session_.spec.attached_draft(), r->lane());
             } catch (const ProtocolError &) {
                 return;  // no room after all: it stays parked, the lane empty
             }
             r->parked.reset();
         } else {
-            clear_sequence(ctx, r->lane());
-            live.clear();
+            clear_lane(r->lane());
         }
         r->preempted = false;
         decoding += r->decoding ? 1 : 0;
@@ -521,6 +605,15 @@ std::vector<std::string> BatchScheduler::step() {
         r->in_step = true;
         budget -= end - r->pos;
     }
+    try {
+        draft_proposals();
+    } catch (const ProtocolError & error) {
+        for (const auto & r : running_) {
+            if (r->in_step && r->wants_draft && !r->ended) {
+                done.push_back(fail(*r, error.code(), error.what()));
+            }
+        }
+    }
     // Lanes outside this step keep their logits (the decode overwrites the engine's);
     // a failed decode (no room in the pool) leaves the engine's outputs as they were.
     for (size_t lane = 0; lane < session_.lanes.size(); ++lane) {
@@ -570,6 +663,12 @@ std::vector<std::string> BatchScheduler::step() {
             break;
         }
     }
+    // After the decode: first the decoding sequences pick and commit, then the draft
+    // takes the features of every row that stays committed (one batch for all), then
+    // the prefill chunks are booked: a snapshot taken there carries the draft's state
+    // up to the chunk's end.
+    std::vector<DflashDraft::CommittedRows> committed;
+    std::vector<Running *> owners;
     for (const auto & r : running_) {
         if (!r->in_step || r->ended || batch_.size() == 0) {
             continue;
@@ -582,21 +681,37 @@ std::vector<std::string> BatchScheduler::step() {
         }
         const int32_t lane = r->lane();
         LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
-        if (r->decoding) {
-            if (r->proposals.empty()) {
-                live.decoded(&r->pending, 1, r->row);
-                r->has_pending = false;
-                continue;
-            }
-            try {
-                if (!verify(*r)) {
-                    done.push_back(finish(*r));
-                }
-            } catch (const ProtocolError & error) {
-                done.push_back(fail(*r, error.code(), error.what()));
-            }
+        if (!r->decoding) {
+            committed.push_back({r->first_row, r->chunk_end - r->pos, r->pos, lane});
+            owners.push_back(r.get());
             continue;
         }
+        const int32_t n = live.size();  // where `pending` went
+        if (r->proposals.empty()) {
+            live.decoded(&r->pending, 1, r->row);
+            r->has_pending = false;
+            committed.push_back({r->row, 1, n, lane});
+            owners.push_back(r.get());
+            continue;
+        }
+        try {
+            const bool more = verify(*r);
+            committed.push_back({r->row, r->kept, n, lane});
+            owners.push_back(r.get());
+            if (!more) {
+                done.push_back(finish(*r));
+            }
+        } catch (const ProtocolError & error) {
+            done.push_back(fail(*r, error.code(), error.what()));
+        }
+    }
+    ingest_committed(committed, owners, done);
+    for (const auto & r : running_) {
+        if (!r->in_step || r->ended || batch_.size() == 0 || r->decoding) {
+            continue;
+        }
+        const int32_t lane = r->lane();
+        LiveSequence & live = session_.lanes[static_cast<size_t>(lane)];
         try {
             const int32_t pos = r->pos;
             const int32_t end = r->chunk_end;
@@ -620,7 +735,8 @@ std::vector<std::string> BatchScheduler::step() {
                 capture_checkpoint(ctx, live, engine.n_vocab, lane);
             }
             if (end == r->req.snap_pos) {
-                session_.snapshots.put(r->req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, nullptr, lane));
+                session_.snapshots.put(r->req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab,
+                                                                          session_.spec.attached_draft(), lane));
                 r->snapped = true;
             }
             if (end == r->n_prompt()) {

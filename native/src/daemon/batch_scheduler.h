@@ -20,11 +20,14 @@
 // starts its prefill. Nothing written is taken back and nothing is dropped; its summary
 // is as if it had run unbroken (PROTOCOL.md 9.6).
 //
-// Prompt lookup (PROTOCOL.md 9.5): a decoding sequence that runs it puts its pending
-// token and its proposals in the step's batch (a verify block, 5.9) instead of the
-// pending token alone; after the decode it keeps the longest agreeing prefix and rolls
-// back the rest of its own sequence (seq_rm: its KV cells, and the recurrent state the
-// engine keeps per sequence and per position of the block, n_rs_seq).
+// Speculative decoding (PROTOCOL.md 9.5): a decoding sequence that runs prompt lookup,
+// the DFlash draft or the oracle puts its pending token and its proposals in the step's
+// batch (a verify block, 5.9) instead of the pending token alone; after the decode it
+// keeps the longest agreeing prefix and rolls back the rest of its own sequence (seq_rm:
+// its KV cells, and the recurrent state the engine keeps per sequence and per position
+// of the block, n_rs_seq). The draft holds a sequence per lane: the blocks of every
+// sequence that drafts are denoised in one draft batch before the step, and the
+// features of every row the step commits are ingested in one draft batch after it.
 //
 // The main loop (daemon.cpp) runs a step whenever generations are running and no
 // command is waiting; commands that may run alongside are answered between steps.
@@ -80,9 +83,12 @@ private:
     // Writes the end record and returns the done line; releases the lane.
     std::string finish(Running & r);
     std::string fail(Running & r, ErrorCode code, const std::string & detail);
-    // A daemon with an attached draft or the oracle serves one sequence (--parallel 1,
-    // PROTOCOL.md 9.5): each of its generations runs whole (run_generation), in one step.
+    // With --parallel 1 a daemon with an attached draft or the oracle runs each
+    // generation whole (run_generation), in one step: the solo speculative loop, whose
+    // verify batches keep one shape (decode_speculative.h).
     bool runs_whole();
+    // Empties a lane: its sequence in the target, its live tokens, its draft cells.
+    void clear_lane(int32_t lane);
     std::string run_speculative(Running & r);
     // Prompt lookup with several sequences (PROTOCOL.md 9.5): each decoding sequence
     // that runs it carries its verify block (its pending token and its proposals) in the
@@ -92,6 +98,13 @@ private:
     // and returns whether r goes on (false: it ended, finish it).
     void propose(Running & r);
     bool verify(Running & r);
+    // The DFlash draft with several sequences (PROTOCOL.md 9.5): every sequence that
+    // propose() left wanting the draft gets its block from one draft batch, and after the
+    // target's decode one draft batch takes the features of every committed row, each
+    // at its sequence and position (`owners`: whose rows; they fail if it throws).
+    void draft_proposals();
+    void ingest_committed(const std::vector<DflashDraft::CommittedRows> & rows, const std::vector<Running *> & owners,
+                          std::vector<std::string> & done);
     // Preemption (above): frees room in the pool for the step; false when nothing can be
     // freed. A victim whose state cannot be copied out fails instead (its done line goes
     // to `done`), which frees its cells too.

@@ -71,12 +71,6 @@ void resolve_speculation(Role role, const std::string & arch, DaemonOptions & op
         throw ProtocolError(ErrorCode::kBadFlag, "--draft needs a qwen35, qwen35moe, qwen3 or llama target; " +
                                                      opts.model_path + " is " + arch);
     }
-    if (opts.parallel > 1 && drafted) {
-        // Prompt lookup verifies each sequence's block in the batched step (PROTOCOL.md
-        // 9.5); the draft's and the oracle's state is one sequence's so far.
-        throw ProtocolError(ErrorCode::kBadFlag, "--draft and --draft-oracle serve one sequence at a time; "
-                                                 "drop --parallel (--lookup works with it)");
-    }
     if (opts.draft_block_size == 0) {
         opts.draft_block_size = opts.draft_path.empty() ? 16 : DflashDraft::read_block_size(opts.draft_path);
     }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/gguf_probe.h"
+#include "engine/log.h"
 #include "ggml-cpp.h"
 #include "gguf.h"
 #include "wire/errors.h"
@@ -28,6 +29,17 @@ std::string meta_string(const llama_model * model, const char * key) {
 void set_pos(llama_batch_ext * batch, int32_t idx, llama_pos pos) {
     const llama_pos rows[4] = {pos, pos, pos, 0};
     llama_batch_ext_set_pos(batch, idx, rows);
+}
+
+// LUCERNA_TRACE_DRAFT=1 logs every block's proposals (sequence, position, ids): what a
+// person needs to see why acceptance is low, and what the tests compare between a
+// sequence drafted alone and beside others.
+bool trace_proposals() {
+    static const bool on = [] {
+        const char * value = std::getenv("LUCERNA_TRACE_DRAFT");
+        return value != nullptr && std::strcmp(value, "1") == 0;
+    }();
+    return on;
 }
 
 void process_or_throw(llama_context * ctx, llama_batch_ext * batch, const char * what) {
@@ -115,29 +127,40 @@ void DflashDraft::attach(llama_context * target, const DaemonOptions & opts, int
         llama_set_embeddings_layer_inp(target, static_cast<uint32_t>(lid), true);
     }
 
+    const auto n_seq = static_cast<uint32_t>(std::max(1, opts.parallel));
     llama_context_params cparams = llama_context_default_params();
-    // Committed positions plus one block past them, for the noise block.
-    cparams.n_ctx = llama_n_ctx(target) + static_cast<uint32_t>(block_size);
-    // One ingest is at most a prefill chunk or a verified block; the noise block is one
-    // block. Both must stay one engine batch.
+    // Committed positions plus one block past them per sequence, for the noise blocks.
+    // One pool for all sequences, as the target's (engine.cpp): a sequence may hold
+    // every position the target's pool has room for.
+    cparams.n_ctx = llama_n_ctx(target) + n_seq * static_cast<uint32_t>(block_size);
+    // One ingest is at most a prefill chunk beside a verified block per sequence; the
+    // noise blocks are a block per sequence. Each stays one engine batch.
     cparams.n_batch = static_cast<uint32_t>(std::max(std::min<int32_t>(opts.chunk, llama_n_ctx(target)), block_size));
+    if (n_seq > 1) {
+        cparams.n_batch += n_seq * static_cast<uint32_t>(block_size);
+    }
     cparams.n_ubatch = cparams.n_batch;
-    cparams.n_seq_max = 1;
+    cparams.n_seq_max = n_seq;
+    cparams.kv_unified = true;
     cparams.flash_attn_type = static_cast<llama_flash_attn_type>(opts.flash_attn);
     cparams.n_threads = opts.n_threads;
     cparams.n_threads_batch = opts.n_threads;
     cparams.no_perf = true;
     cparams.ctx_other = target;
-    greedy_.reset(llama_sampler_chain_init(llama_sampler_chain_default_params()));
-    llama_sampler_chain_add(greedy_.get(), llama_sampler_init_greedy());
-    llama_sampler_seq_config greedy = {/*seq_id =*/0, greedy_.get()};
-    cparams.samplers = &greedy;
-    cparams.n_samplers = 1;
+    std::vector<llama_sampler_seq_config> greedy(n_seq);
+    greedy_.clear();
+    for (uint32_t seq = 0; seq < n_seq; ++seq) {
+        greedy_.emplace_back(llama_sampler_chain_init(llama_sampler_chain_default_params()));
+        llama_sampler_chain_add(greedy_.back().get(), llama_sampler_init_greedy());
+        greedy[seq] = {static_cast<llama_seq_id>(seq), greedy_.back().get()};
+    }
+    cparams.samplers = greedy.data();
+    cparams.n_samplers = n_seq;
     cparams.n_outputs_max_per_seq = static_cast<uint32_t>(block_size);  // one pick per proposal
     context_.reset(llama_init_from_model(model_.get(), cparams));
     if (!context_) {
         // A backend that cannot sample: argmax over the logits on the host instead.
-        greedy_.reset();
+        greedy_.clear();
         cparams.samplers = nullptr;
         cparams.n_samplers = 0;
         cparams.n_outputs_max_per_seq = 0;
@@ -151,16 +174,16 @@ void DflashDraft::attach(llama_context * target, const DaemonOptions & opts, int
     llama_set_embeddings_nextn(context_.get(), true, /*masked =*/true);
     llama_set_causal_attn(context_.get(), causal_);
     batch_.reset(llama_batch_ext_init(context_.get()));
-    complete_ = true;
+    complete_.assign(n_seq, true);
 }
 
 void DflashDraft::detach() {
     batch_.reset();
     context_.reset();
-    greedy_.reset();
+    greedy_.clear();
 }
 
-void DflashDraft::ingest(llama_context * target, int32_t first_row, int32_t n_rows, llama_pos pos0) {
+void DflashDraft::ingest(llama_context * target, const std::vector<CommittedRows> & rows) {
     const auto n_layers = static_cast<int32_t>(layer_ids_.size());
     const int64_t row_floats = static_cast<int64_t>(n_layers) * n_embd_target_;
     const auto n_batch = static_cast<int32_t>(llama_n_batch(context_.get()));
@@ -172,88 +195,156 @@ void DflashDraft::ingest(llama_context * target, int32_t first_row, int32_t n_ro
                                 "the target did not capture layer " + std::to_string(layer_ids_[k]));
         }
     }
-    for (int32_t done = 0; done < n_rows; done += n_batch) {
-        const int32_t n = std::min(n_batch, n_rows - done);
-        // The draft wants, per position, the extract layers' rows side by side.
-        features_.resize(static_cast<size_t>(n * row_floats));
-        for (int32_t i = 0; i < n; ++i) {
-            const int64_t row = first_row + done + i;
-            for (int32_t k = 0; k < n_layers; ++k) {
-                std::memcpy(&features_[static_cast<size_t>(i * row_floats + static_cast<int64_t>(k) * n_embd_target_)],
-                            layers[static_cast<size_t>(k)] + row * n_embd_target_,
-                            static_cast<size_t>(n_embd_target_) * sizeof(float));
-            }
+    // The draft wants, per position, the extract layers' rows side by side. Rows of
+    // every span go into one batch until it is full.
+    features_.resize(static_cast<size_t>(n_batch * row_floats));
+    struct Entry {
+        int64_t target_row;
+        llama_pos pos;
+        llama_seq_id seq;
+    };
+    std::vector<Entry> entries;
+    entries.reserve(static_cast<size_t>(n_batch));
+    auto flush = [&] {
+        if (entries.empty()) {
+            return;
         }
         llama_batch_ext_clear(batch_.get());
-        for (int32_t i = 0; i < n; ++i) {
-            const llama_embd row = {features_.data() + static_cast<size_t>(i * row_floats), 1,
-                                    static_cast<size_t>(row_floats)};
-            const int32_t idx = llama_batch_ext_add_embd(batch_.get(), 0, row);
-            set_pos(batch_.get(), idx, pos0 + done + i);
+        for (size_t i = 0; i < entries.size(); ++i) {
+            float * features = features_.data() + static_cast<int64_t>(i) * row_floats;
+            for (int32_t k = 0; k < n_layers; ++k) {
+                std::memcpy(features + static_cast<int64_t>(k) * n_embd_target_,
+                            layers[static_cast<size_t>(k)] + entries[i].target_row * n_embd_target_,
+                            static_cast<size_t>(n_embd_target_) * sizeof(float));
+            }
+            const llama_embd row = {features, 1, static_cast<size_t>(row_floats)};
+            const int32_t idx = llama_batch_ext_add_embd(batch_.get(), entries[i].seq, row);
+            set_pos(batch_.get(), idx, entries[i].pos);
         }
         process_or_throw(context_.get(), batch_.get(), "to ingest target features");
+        entries.clear();
+    };
+    for (const CommittedRows & span : rows) {
+        for (int32_t i = 0; i < span.n_rows; ++i) {
+            entries.push_back({static_cast<int64_t>(span.first_row) + i, span.pos0 + i, span.seq});
+            if (static_cast<int32_t>(entries.size()) == n_batch) {
+                flush();
+            }
+        }
     }
+    flush();
     // The decode may still run on the device; waiting here charges it to the draft's
     // time (stats draft_ms) instead of to whatever synchronises next.
     llama_synchronize(context_.get());
 }
 
-void DflashDraft::propose(llama_token last, llama_pos pos, int32_t n_draft, std::vector<llama_token> & out) {
-    out.clear();
+void DflashDraft::propose(const std::vector<Block> & blocks) {
     llama_batch_ext_clear(batch_.get());
-    for (int32_t i = 0; i <= n_draft; ++i) {
-        const int32_t idx = llama_batch_ext_add_token(batch_.get(), 0, i == 0 ? last : mask_token_);
-        set_pos(batch_.get(), idx, pos + i);
-        llama_batch_ext_set_output_logits(batch_.get(), idx, i > 0);
+    std::vector<int32_t> first_idx;
+    first_idx.reserve(blocks.size());
+    for (const Block & block : blocks) {
+        block.out->clear();
+        for (int32_t i = 0; i <= block.n_draft; ++i) {
+            const int32_t idx = llama_batch_ext_add_token(batch_.get(), block.seq, i == 0 ? block.last : mask_token_);
+            set_pos(batch_.get(), idx, block.pos + i);
+            // The draft's graph computes a logits row for every token of the batch, in
+            // batch order, and the engine hands out its first n_outputs rows, whichever
+            // tokens asked: so every token is an output, as common/speculative.cpp
+            // makes them, and batch index i reads row i. (With the anchor left out, the
+            // rows handed out were shifted: one row per block.)
+            llama_batch_ext_set_output_logits(batch_.get(), idx, true);
+            if (i == 0) {
+                first_idx.push_back(idx);
+            }
+        }
+    }
+    if (first_idx.empty()) {
+        return;
     }
     process_or_throw(context_.get(), batch_.get(), "to denoise a block");
     const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model_.get()));
-    for (int32_t i = 1; i <= n_draft; ++i) {
-        llama_token token = greedy_ ? llama_get_sampled_token_ith(context_.get(), i) : LLAMA_TOKEN_NULL;
-        if (token == LLAMA_TOKEN_NULL) {
-            const float * logits = llama_get_logits_ith(context_.get(), i);
-            if (logits == nullptr) {
-                throw ProtocolError(ErrorCode::kDecodeFailed, "the draft produced no proposal");
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        const Block & block = blocks[b];
+        // Each mask position's row is the proposal for that position (the anchor's row
+        // proposes nothing), as common/speculative.cpp reads a DFlash (v1) block.
+        for (int32_t i = 1; i <= block.n_draft; ++i) {
+            const int32_t idx = first_idx[b] + i;
+            llama_token token = !greedy_.empty() ? llama_get_sampled_token_ith(context_.get(), idx) : LLAMA_TOKEN_NULL;
+            if (token == LLAMA_TOKEN_NULL) {
+                const float * logits = llama_get_logits_ith(context_.get(), idx);
+                if (logits == nullptr) {
+                    throw ProtocolError(ErrorCode::kDecodeFailed, "the draft produced no proposal");
+                }
+                token = static_cast<llama_token>(std::max_element(logits, logits + n_vocab) - logits);
             }
-            token = static_cast<llama_token>(std::max_element(logits, logits + n_vocab) - logits);
+            block.out->push_back(token);
         }
-        out.push_back(token);
+        if (trace_proposals()) {
+            std::string ids;
+            for (const llama_token token : *block.out) {
+                ids += (ids.empty() ? "" : ",") + std::to_string(token);
+            }
+            log_line("draft seq=%d pos=%d proposals=%s", block.seq, block.pos, ids.c_str());
+        }
+        // The block's own K/V went into the cache with it; the verified positions' real
+        // features replace them.
+        llama_memory_seq_rm(llama_get_memory(context_.get()), block.seq, block.pos, -1);
     }
-    // The block's own K/V went into the cache with it; the verified positions' real
-    // features replace them.
-    llama_memory_seq_rm(llama_get_memory(context_.get()), 0, pos, -1);
+}
+
+void DflashDraft::clear(llama_seq_id seq) {
+    if (context_) {
+        llama_memory_seq_rm(llama_get_memory(context_.get()), seq, -1, -1);
+        complete_[static_cast<size_t>(seq)] = true;
+    }
 }
 
 void DflashDraft::clear() {
     if (context_) {
         llama_memory_clear(llama_get_memory(context_.get()), /*data =*/false);
     }
-    complete_ = true;
+    complete_.assign(complete_.size(), true);
 }
 
-void DflashDraft::truncate(int32_t n_tokens) {
+void DflashDraft::truncate(int32_t n_tokens, llama_seq_id seq) {
     if (context_) {
-        llama_memory_seq_rm(llama_get_memory(context_.get()), 0, n_tokens, -1);
+        llama_memory_seq_rm(llama_get_memory(context_.get()), seq, n_tokens, -1);
     }
 }
 
-std::vector<uint8_t> DflashDraft::save_state() const {
+void DflashDraft::share(llama_seq_id from, llama_seq_id to, int32_t n_tokens) {
+    if (!context_) {
+        return;
+    }
+    llama_memory_t memory = llama_get_memory(context_.get());
+    llama_memory_seq_rm(memory, to, -1, -1);
+    llama_memory_seq_cp(memory, from, to, 0, n_tokens);
+    complete_[static_cast<size_t>(to)] = complete_[static_cast<size_t>(from)];
+}
+
+bool DflashDraft::complete(llama_seq_id seq) const {
+    return static_cast<size_t>(seq) >= complete_.size() || complete_[static_cast<size_t>(seq)];
+}
+
+void DflashDraft::mark_incomplete() { complete_.assign(complete_.size(), false); }
+
+std::vector<uint8_t> DflashDraft::save_state(llama_seq_id seq) const {
     std::vector<uint8_t> state;
-    if (!context_ || !complete_) {
+    if (!context_ || !complete(seq)) {
         return state;
     }
-    state.resize(llama_state_seq_get_size(context_.get(), 0));
-    if (state.empty() || llama_state_seq_get_data(context_.get(), state.data(), state.size(), 0) != state.size()) {
+    state.resize(llama_state_seq_get_size(context_.get(), seq));
+    if (state.empty() || llama_state_seq_get_data(context_.get(), state.data(), state.size(), seq) != state.size()) {
         state.clear();
     }
     return state;
 }
 
-bool DflashDraft::load_state(const std::vector<uint8_t> & state) {
-    clear();
-    if (state.empty() || llama_state_seq_set_data(context_.get(), state.data(), state.size(), 0) == 0) {
-        clear();
-        complete_ = false;
+bool DflashDraft::load_state(const std::vector<uint8_t> & state, llama_seq_id seq) {
+    clear(seq);
+    if (state.empty() || llama_state_seq_set_data(context_.get(), state.data(), state.size(), seq) == 0) {
+        clear(seq);
+        complete_[static_cast<size_t>(seq)] = false;
         return false;
     }
     return true;

@@ -19,8 +19,25 @@ void clear_all(llama_context * ctx, LiveSequence & live, DflashDraft * draft, ll
     clear_sequence(ctx, seq);
     live.clear();
     if (draft != nullptr) {
-        draft->clear();
+        draft->clear(seq);
     }
+}
+
+// Cuts an attention-only sequence back to its first `n_tokens` (nothing when it holds no
+// more). False when the engine refuses: the sequence is then empty.
+bool cut_back(llama_context * ctx, LiveSequence & live, DflashDraft * draft, llama_seq_id seq, int32_t n_tokens) {
+    if (n_tokens >= live.size()) {
+        return true;
+    }
+    if (!llama_memory_seq_rm(llama_get_memory(ctx), seq, n_tokens, -1)) {
+        clear_all(ctx, live, draft, seq);
+        return false;
+    }
+    live.truncated(n_tokens);
+    if (draft != nullptr) {
+        draft->truncate(n_tokens, seq);
+    }
+    return true;
 }
 
 // The best reuse the live sequence offers for `prompt` (kNone when nothing).
@@ -51,17 +68,28 @@ ReusedPrefix from_live(llama_context * ctx, const LiveSequence & live, const std
     return best;
 }
 
-ReusedPrefix from_slots(const SnapshotStore & slots, const std::vector<int32_t> & prompt, int32_t limit) {
+// The best slot for `prompt`: one whose tokens all start it, or, on a model whose state
+// can be cut back anywhere (`cuttable`), any slot, cut back to what it shares with the
+// prompt (short of the whole prompt, whose last token is prefilled for its logits): a
+// repeated or regenerated request finds the conversation it repeats, reply and all.
+ReusedPrefix from_slots(const SnapshotStore & slots, const std::vector<int32_t> & prompt, int32_t limit,
+                        bool cuttable) {
+    const auto n_prompt = static_cast<int32_t>(prompt.size());
     ReusedPrefix best;
     for (int32_t slot = 0; slot < slots.n_slots(); ++slot) {
         const Snapshot * snapshot = slots.find(slot);
         if (snapshot == nullptr) {
             continue;
         }
-        const auto & tokens = snapshot->tokens;
-        const auto n = static_cast<int32_t>(tokens.size());
-        if (n > best.n_tokens && n <= limit && tokens.size() <= prompt.size() &&
-            std::equal(tokens.begin(), tokens.end(), prompt.begin())) {
+        const auto n_slot = static_cast<int32_t>(snapshot->tokens.size());
+        const int32_t common = std::min(common_prefix(snapshot->tokens, prompt), limit);
+        int32_t n = 0;
+        if (common == n_slot) {
+            n = n_slot;  // all of it, no cut
+        } else if (cuttable) {
+            n = std::min(common, n_prompt - 1);
+        }
+        if (n > best.n_tokens) {
             best = {ReusedPrefix::Source::kSlot, n, slot};
         }
     }
@@ -78,7 +106,7 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
                           const std::vector<int32_t> & prompt, int32_t limit, DflashDraft * draft,
                           llama_seq_id seq) {
     const ReusedPrefix live_best = from_live(ctx, live, prompt, limit);
-    const ReusedPrefix slot_best = from_slots(slots, prompt, limit);
+    const ReusedPrefix slot_best = from_slots(slots, prompt, limit, !needs_checkpoints(llama_get_model(ctx)));
     // The live sequence wins ties: it needs no copy.
     const ReusedPrefix best = slot_best.n_tokens > live_best.n_tokens ? slot_best : live_best;
     llama_memory_t mem = llama_get_memory(ctx);
@@ -88,17 +116,14 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
             break;
         case ReusedPrefix::Source::kSlot:
             load_snapshot(ctx, *slots.find(best.slot), live, draft, seq);
+            // A slot that went past where the prompt leaves it (from_slots) is cut back.
+            if (!cut_back(ctx, live, draft, seq, best.n_tokens)) {
+                return {};
+            }
             break;
         case ReusedPrefix::Source::kLive:
-            if (best.n_tokens < live.size()) {
-                if (!llama_memory_seq_rm(mem, seq, best.n_tokens, -1)) {
-                    clear_all(ctx, live, draft, seq);
-                    return {};
-                }
-                live.truncated(best.n_tokens);
-                if (draft != nullptr) {
-                    draft->truncate(best.n_tokens);
-                }
+            if (!cut_back(ctx, live, draft, seq, best.n_tokens)) {
+                return {};
             }
             break;
         case ReusedPrefix::Source::kCheckpoint: {
@@ -117,7 +142,7 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
             const std::vector<float> logits = it->logits;  // truncated() drops later checkpoints
             live.truncated(best.n_tokens, logits);
             if (draft != nullptr) {
-                draft->truncate(best.n_tokens);
+                draft->truncate(best.n_tokens, seq);
             }
             break;
         }

@@ -88,7 +88,7 @@ std::unique_ptr<Snapshot> capture_snapshot(llama_context * ctx, const LiveSequen
         const float * logits = live.last_logits(ctx);
         snapshot->logits.assign(logits, logits + n_vocab);
         if (draft != nullptr && draft->attached()) {
-            snapshot->draft_state = draft->save_state();
+            snapshot->draft_state = draft->save_state(seq);
         }
         return snapshot;
     } catch (const std::bad_alloc &) {
@@ -107,7 +107,7 @@ void load_snapshot(llama_context * ctx, const Snapshot & snapshot, LiveSequence 
         throw ProtocolError(ErrorCode::kSnapshotFailed, "the engine could not load the sequence state");
     }
     live.restored(snapshot.tokens, snapshot.logits);
-    if (draft != nullptr && draft->attached() && !draft->load_state(snapshot.draft_state)) {
+    if (draft != nullptr && draft->attached() && !draft->load_state(snapshot.draft_state, seq)) {
         log_line("restore: the snapshot holds no draft state; the draft starts from the restored position");
     }
 }

@@ -1,5 +1,6 @@
 #include "engine/speculative.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -9,9 +10,11 @@ namespace lucerna {
 
 Speculator::Speculator(const DaemonOptions & opts, int32_t n_vocab) : opts_(opts) {
     if (!opts.oracle_path.empty()) {
-        oracle_ = std::make_unique<OracleProposer>(opts.oracle_path, opts.oracle_accept, n_vocab);
+        for (int32_t seq = 0; seq < std::max(1, opts.parallel); ++seq) {
+            oracles_.push_back(std::make_unique<OracleProposer>(opts.oracle_path, opts.oracle_accept, n_vocab));
+        }
         log_line("draft oracle: %zu transcript(s) from %s, aiming at acceptance length %.2f (benchmarks only)",
-                 oracle_->n_transcripts(), opts.oracle_path.c_str(), opts.oracle_accept);
+                 oracles_[0]->n_transcripts(), opts.oracle_path.c_str(), opts.oracle_accept);
     }
     if (!opts.draft_path.empty()) {
         draft_ = DflashDraft::load(opts);
@@ -39,7 +42,7 @@ std::string SpecChoice::name() const {
 }
 
 std::string Speculator::kind() const {
-    return joined(!opts_.draft_path.empty(), oracle_ != nullptr, opts_.lookup != DaemonOptions::Lookup::kOff);
+    return joined(!opts_.draft_path.empty(), !oracles_.empty(), opts_.lookup != DaemonOptions::Lookup::kOff);
 }
 
 SpecChoice Speculator::choose(int32_t lookup, bool propose) const {
@@ -48,7 +51,7 @@ SpecChoice Speculator::choose(int32_t lookup, bool propose) const {
         return choice;
     }
     choice.draft = draft_ && draft_->attached();
-    choice.oracle = oracle_ != nullptr;
+    choice.oracle = !oracles_.empty();
     choice.lookup = lookup == 1 || (lookup == -1 && opts_.lookup == DaemonOptions::Lookup::kOn);
     return choice;
 }

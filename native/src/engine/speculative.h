@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/draft.h"
 #include "engine/lookup.h"
@@ -67,7 +68,13 @@ public:
     const char * draft_state() const;
     DflashDraft * draft() { return draft_.get(); }
     const DflashDraft * draft() const { return draft_.get(); }
-    OracleProposer * oracle() { return oracle_.get(); }
+    // The draft when it is attached to the target (null when absent, parked or detached).
+    DflashDraft * attached_draft() { return draft_ && draft_->attached() ? draft_.get() : nullptr; }
+    // Sequence `seq`'s oracle (each follows its own generation's transcript); null
+    // without --draft-oracle.
+    OracleProposer * oracle(int32_t seq = 0) {
+        return oracles_.empty() ? nullptr : oracles_[static_cast<size_t>(seq)].get();
+    }
     uint64_t draft_model_bytes() const { return draft_model_bytes_; }
 
     // park/unpark draft. unpark attaches to `target` when it is not null; with
@@ -81,7 +88,7 @@ public:
 
     // Whether the next generation runs the speculative loop (decode_speculative): it
     // then decides per request which proposers run (choose).
-    bool active() const { return oracle_ || (draft_ && draft_->attached()) || opts_.lookup != DaemonOptions::Lookup::kOff; }
+    bool active() const { return !oracles_.empty() || (draft_ && draft_->attached()) || opts_.lookup != DaemonOptions::Lookup::kOff; }
     // The proposers of a request that asked lookup=0|1 (-1: the daemon's default) and
     // may (`propose`: no logprobs) or may not have proposals.
     SpecChoice choose(int32_t lookup, bool propose) const;
@@ -90,7 +97,7 @@ public:
 
 private:
     const DaemonOptions & opts_;
-    std::unique_ptr<OracleProposer> oracle_;
+    std::vector<std::unique_ptr<OracleProposer>> oracles_;  // one per sequence
     std::unique_ptr<DflashDraft> draft_;
     uint64_t draft_model_bytes_ = 0;  // as loaded; park does not change it
 };
