@@ -344,14 +344,18 @@ def test_a_draft_daemon_runs_protocol_2_whole(
     assert daemon.quit() == 0
 
 
-@pytest.mark.parametrize("model", ["qwen3", "qwen35"])
-def test_lookup_sequences_survive_preemption(
-    spawn: Any, native: Any, test_models: dict[str, Path], model: str
+@pytest.mark.parametrize(("model", "proposer"),
+                         [("qwen3", "lookup"), ("qwen35", "lookup"), ("qwen35", "draft")])
+def test_speculating_sequences_survive_preemption(
+    spawn: Any, native: Any, test_models: dict[str, Path], model: str, proposer: str
 ) -> None:
     """In a shared pool too small for every sequence (PROTOCOL.md 9.6), sequences with
-    verify blocks are preempted and resumed and every one writes all its tokens (which
-    tokens: 9.6, not compared here; the pool is not deterministic mode's setting)."""
-    flags = ("--lookup=on", "--lookup-min=1", f"--parallel={PARALLEL}", "--n-ctx=320", "--chunk=16")
+    verify blocks are preempted and resumed, with the lane's draft cells in their
+    snapshots where a draft runs, and every one writes all its tokens (which tokens: 9.6,
+    not compared here; the pool is not deterministic mode's setting)."""
+    spec = (("--lookup=on", "--lookup-min=1") if proposer == "lookup"
+            else (f"--draft={test_models['dflash']}",))
+    flags = (*spec, f"--parallel={PARALLEL}", "--n-ctx=320", "--chunk=16")
     daemon = spawn(native.binary("qwen35"), test_models[model], ONE_THREAD, *flags)
     daemon.ready()
     lanes = Lanes(daemon)
