@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from protocol import (
     Command,
@@ -38,6 +39,17 @@ from protocol import (
 )
 
 __all__ = ["BlockingDaemon"]
+
+_Item = TypeVar("_Item")
+
+
+class _StreamReader(Protocol[_Item]):
+    """What ``TokenStreamReader`` and ``LogprobStreamReader`` have in common."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    def feed(self, data: bytes) -> list[_Item]: ...
 
 _READ_SIZE = 65536
 
@@ -93,13 +105,7 @@ class BlockingDaemon:
         per token (its id, log-probability and the ``top_k`` most likely) and the reply's
         fields."""
         self._write(Generate(InlineIds(tuple(prompt)), n_gen, ignore_eos=True, logprobs=top_k))
-        reader = LogprobStreamReader(top_k)
-        records: list[TokenLogprobs] = []
-        while not reader.finished:
-            data = self.stream.read1(_READ_SIZE)
-            if not data:
-                raise SystemExit(f"the daemon died: {' '.join(self.argv)}")
-            records.extend(reader.feed(data))
+        records: list[TokenLogprobs] = self._read_stream(LogprobStreamReader(top_k))
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         reply = parse_reply_line(line)
@@ -125,16 +131,19 @@ class BlockingDaemon:
         if isinstance(command, str):
             command = parse_command(command)
         self._write(command)
-        values: list[int] = []
-        if command.is_stream:
-            reader = TokenStreamReader()
-            while not reader.finished:
-                data = self.stream.read1(_READ_SIZE)
-                if not data:
-                    raise SystemExit(f"the daemon died: {' '.join(self.argv)}")
-                values.extend(reader.feed(data))
+        values: list[int] = self._read_stream(TokenStreamReader()) if command.is_stream else []
         assert self.proc.stdout is not None
         return values, self.proc.stdout.readline().strip()
+
+    def _read_stream(self, reader: _StreamReader[_Item]) -> list[_Item]:
+        """Everything one command writes on the stream fd, up to its end."""
+        items: list[_Item] = []
+        while not reader.finished:
+            data = self.stream.read1(_READ_SIZE)
+            if not data:
+                raise SystemExit(f"the daemon died: {' '.join(self.argv)}")
+            items.extend(reader.feed(data))
+        return items
 
     def _write(self, command: Command) -> None:
         assert self.proc.stdin is not None

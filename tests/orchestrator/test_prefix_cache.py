@@ -116,9 +116,16 @@ def test_every_turn_is_the_same_with_and_without_the_cache(
 def test_interleaved_conversations_and_a_shared_system_prompt_each_keep_their_prefix(
         servers: tuple[LucernaServer, LucernaServer]) -> None:
     cached, uncached = servers
-    model = "qwen35"
+    interleave_conversations(cached, uncached, "qwen35", SYSTEM, ("pumps", "valves", "gears"))
+
+
+def interleave_conversations(cached: LucernaServer, uncached: LucernaServer, model: str,
+                             system: str, topics: tuple[str, ...]) -> None:
+    """Two turns of one conversation per topic, all with one system prompt, taken in
+    turn: each reply equals the uncached server's, each first turn after the first
+    found the shared system prompt, and each second turn its own history."""
     threads: dict[str, list[dict[str, Any]]] = {
-        topic: [{"role": "system", "content": SYSTEM}] for topic in ("pumps", "valves", "gears")}
+        topic: [{"role": "system", "content": system}] for topic in topics}
     for turn in range(2):
         for topic, messages in threads.items():
             messages.append({"role": "user", "content": f"Turn {turn} about {topic}."})
@@ -128,9 +135,9 @@ def test_interleaved_conversations_and_a_shared_system_prompt_each_keep_their_pr
             n_cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
             if turn == 0:
                 # A new conversation whose system prompt another one already sent.
-                assert topic == "pumps" or n_cached >= 100, (topic, body["usage"])
+                assert topic == topics[0] or n_cached >= 100, (topic, body["usage"])
             else:
-                # Its own history came back although two others ran in between.
+                # Its own history came back although the others ran in between.
                 assert n_cached > body["usage"]["prompt_tokens"] - 30, (topic, body["usage"])
             messages.append({"role": "assistant",
                              "content": body["choices"][0]["message"]["content"]})

@@ -30,7 +30,12 @@ from orchestrator.parallel_default import DEFAULT_PARALLEL_CAP
 from orchestrator.prefix_cache import CacheSettings, PrefixCache
 from orchestrator.slots import SlotClient, open_slot_client
 from tests.conftest import LucernaServer
-from tests.orchestrator.test_prefix_cache import chat, converse, distinct_prompt
+from tests.orchestrator.test_prefix_cache import (
+    chat,
+    converse,
+    distinct_prompt,
+    interleave_conversations,
+)
 
 PARALLEL = 4
 MODELS = ("qwen3", "qwen35")  # attention-only, and hybrid (recurrent state per sequence)
@@ -170,23 +175,9 @@ def test_more_conversations_than_sequences_each_keep_their_prefix(
     conversation's next turn finds its history in that slot, on whichever sequence."""
     cached, cold = servers
     model = "qwen35"
-    threads: dict[str, list[dict[str, Any]]] = {
-        topic: [{"role": "system", "content": SYSTEM + " Six threads."}]
-        for topic in ("pumps", "valves", "gears", "belts", "cams", "shafts")}
     before = httpx.get(f"{cached.base_url}/status").json()["models"][model]["prefix_cache"]
-    for turn in range(2):
-        for topic, messages in threads.items():
-            messages.append({"role": "user", "content": f"Turn {turn} about {topic}."})
-            body = chat(cached, model, messages)
-            expected = chat(cold, model, messages)
-            assert body["choices"][0]["message"] == expected["choices"][0]["message"]
-            n_cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
-            if turn == 0:
-                assert topic == "pumps" or n_cached >= 100, (topic, body["usage"])
-            else:
-                assert n_cached > body["usage"]["prompt_tokens"] - 30, (topic, body["usage"])
-            messages.append({"role": "assistant",
-                             "content": body["choices"][0]["message"]["content"]})
+    interleave_conversations(cached, cold, model, SYSTEM + " Six threads.",
+                             ("pumps", "valves", "gears", "belts", "cams", "shafts"))
     after = httpx.get(f"{cached.base_url}/status").json()["models"][model]["prefix_cache"]
     assert after["ram_entries"] > before["ram_entries"]
     assert after["hits"] - before["hits"] >= 11
