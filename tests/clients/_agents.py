@@ -131,8 +131,22 @@ def run_agent(name: str, server: LucernaServer, home: Path, prompt_args: list[st
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
         stderr += f"\n[killed: no exit after {timeout_s:g} s]"
-    return AgentRun(name, command, process.returncode, stdout, stderr,
-                    time.monotonic() - started, server.log()[log_start:])
+    seconds = time.monotonic() - started
+    return AgentRun(name, command, process.returncode, stdout, stderr, seconds,
+                    settled_log(server)[log_start:])
+
+
+def settled_log(server: LucernaServer, quiet_s: float = 1.0, limit_s: float = 10.0) -> str:
+    """The server's log once it stopped growing for ``quiet_s``: an agent may exit while
+    a request of its own is still streaming (OpenCode's session title), and the server
+    logs that request when it sees the connection close, a moment later."""
+    log, quiet_since, deadline = server.log(), time.monotonic(), time.monotonic() + limit_s
+    while time.monotonic() - quiet_since < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = server.log()
+        if len(now) != len(log):
+            log, quiet_since = now, time.monotonic()
+    return log
 
 
 def server_props(server: LucernaServer) -> dict[str, Any]:
@@ -150,14 +164,22 @@ class ServedRequest:
 
 
 # hypercorn's access log: `... "POST /v1/messages 1.1" 200 - "-" "claude-cli/2.1.328 ..."`;
-# a request also logs a line with status `-` when it starts, which is left out here.
-_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [\d.]+" (?P<status>\d{3}) \S+ '
+# a request the client closed before its answer was complete logs status `-`.
+_ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [\d.]+" (?P<status>\d{3}|-) \S+ '
                      r'"[^"]*" "(?P<agent>[^"]*)"')
 
 
 def served_requests(log: str) -> list[ServedRequest]:
     """The requests the server answered, from its access log."""
     return [ServedRequest(m["method"], m["path"].split("?")[0], int(m["status"]), m["agent"])
+            for m in _ACCESS.finditer(log) if m["status"] != "-"]
+
+
+def received_requests(log: str) -> list[ServedRequest]:
+    """Every request that reached the server: the answered ones, and those the client
+    closed before their answer was complete (status 0, logged with status `-`)."""
+    return [ServedRequest(m["method"], m["path"].split("?")[0],
+                          0 if m["status"] == "-" else int(m["status"]), m["agent"])
             for m in _ACCESS.finditer(log)]
 
 
