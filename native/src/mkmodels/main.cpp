@@ -4,6 +4,7 @@
 //   lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]
 //                    [--threads N] [--seed N] [--piece-pool N]
 //   lucerna-mkmodels --probe FILE [--tokens N] [--threads N]
+//   lucerna-mkmodels --kernel-check TYPE [--threads N]
 //   lucerna-mkmodels --list | --version
 //
 // --shape writes one full-size benchmark model (mkmodels/bench_shapes.h) instead of the
@@ -14,6 +15,10 @@
 // --probe prefills N tokens of FILE on the CPU and prints, per watched activation and
 // layer, the largest |x| and the count of non-finite values (mkmodels/activation_probe.h):
 //   probe <name> layer=<il> max_abs=<x> nonfinite=<n> count=<n>
+//
+// --kernel-check multiplies random TYPE weights by batches of activation rows on the
+// CPU, batched and one row at a time (mkmodels/kernel_check.h), one line per batch size:
+//   kernel_check type=<t> rows=<n> max_abs_diff=<x> max_abs=<x>
 //
 // Progress and engine logs go to stderr. With --verify, each written file is loaded
 // back from disk and (for generating models) greedily decoded in a real llama_context;
@@ -30,6 +35,7 @@
 #include "llama.h"
 #include "mkmodels/activation_probe.h"
 #include "mkmodels/bench_shapes.h"
+#include "mkmodels/kernel_check.h"
 #include "mkmodels/model_specs.h"
 #include "mkmodels/model_writer.h"
 
@@ -50,6 +56,7 @@ struct Options {
     bool verbose = false;
     lucerna::mkmodels::ShapeOptions shape;  // shape.shape non-empty: --shape mode
     std::string probe;                      // non-empty: --probe mode
+    std::string kernel_check;               // non-empty: --kernel-check mode
     int32_t probe_tokens = 1024;
 };
 
@@ -60,6 +67,7 @@ void usage(FILE * to) {
                  "       lucerna-mkmodels --shape qwen36-27b|dflash-27b|qwen3-0.6b --out DIR [--layers N] [--ftype T]\n"
                  "                        [--threads N] [--seed N] [--piece-pool N]\n"
                  "       lucerna-mkmodels --probe FILE [--tokens N] [--threads N]\n"
+                 "       lucerna-mkmodels --kernel-check TYPE [--threads N]\n"
                  "       lucerna-mkmodels --list | --version\n");
 }
 
@@ -137,6 +145,9 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
         } else if (arg == "--probe") {
             if (!need_value()) return exit_code = 2, false;
             opts.probe = value;
+        } else if (arg == "--kernel-check") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.kernel_check = value;
         } else if (arg == "--ftype") {
             if (!need_value()) return exit_code = 2, false;
             opts.shape.ftype = value;
@@ -185,7 +196,7 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
             return exit_code = 2, false;
         }
     }
-    if (opts.out_dir.empty() && opts.probe.empty()) {
+    if (opts.out_dir.empty() && opts.probe.empty() && opts.kernel_check.empty()) {
         std::fprintf(stderr, "lucerna-mkmodels: --out DIR is required\n");
         usage(stderr);
         return exit_code = 2, false;
@@ -217,6 +228,23 @@ int main(int argc, char ** argv) {
             }
         } catch (const std::exception & err) {
             std::fprintf(stderr, "mkmodels: --probe %s failed: %s\n", opts.probe.c_str(), err.what());
+            status = 1;
+        }
+        llama_backend_free();
+        return status;
+    }
+
+    if (!opts.kernel_check.empty()) {
+        int status = 0;
+        try {
+            const int32_t threads = opts.shape.threads > 0 ? opts.shape.threads : 2;
+            for (const auto & check : lucerna::mkmodels::check_kernel(opts.kernel_check, threads)) {
+                std::printf("kernel_check type=%s rows=%lld max_abs_diff=%.9g max_abs=%.9g\n",
+                            opts.kernel_check.c_str(), static_cast<long long>(check.rows), check.max_abs_diff,
+                            check.max_abs);
+            }
+        } catch (const std::exception & err) {
+            std::fprintf(stderr, "mkmodels: --kernel-check %s failed: %s\n", opts.kernel_check.c_str(), err.what());
             status = 1;
         }
         llama_backend_free();

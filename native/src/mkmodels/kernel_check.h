@@ -1,0 +1,27 @@
+// Whether a batched CPU matmul kernel agrees with the engine's one-row path:
+// `lucerna-mkmodels --kernel-check TYPE [--threads N]`.
+//
+// A matmul whose activations have two or more rows takes llamafile's tinyBLAS where the
+// weight type has a kernel there (our patch 0105 adds Q4_1); one row takes the type's
+// vec_dot. The check multiplies seeded random weights of TYPE by activations of several
+// row counts (tile shapes of every size the kernel has) in one batch, and each row again
+// on its own, and reports how far the batched rows are from the one-row results.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lucerna::mkmodels {
+
+struct KernelCheck {
+    int64_t rows = 0;          // activation rows in the batch
+    double max_abs_diff = 0.0; // largest |batched - one row| over the outputs
+    double max_abs = 0.0;      // largest |one row| output, the scale of the difference
+};
+
+// One result per batch size. Throws std::runtime_error for a type name the engine
+// does not know or cannot quantize.
+std::vector<KernelCheck> check_kernel(const std::string & type_name, int32_t n_threads);
+
+}  // namespace lucerna::mkmodels
