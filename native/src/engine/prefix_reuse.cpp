@@ -40,6 +40,26 @@ bool cut_back(llama_context * ctx, LiveSequence & live, DflashDraft * draft, lla
     return true;
 }
 
+// What an attention-only state sharing `common` tokens with a prompt of `n_prompt` gives
+// once cut back: a prompt held entirely still prefills its last token, for its logits.
+int32_t cut_reuse(int32_t common, int32_t n_prompt) {
+    return std::min(common, n_prompt - 1);
+}
+
+// The index of the longest checkpoint a prompt of `n_prompt` sharing `common` tokens can
+// resume from (one at the prompt's end needs its logits); -1 when none.
+int32_t best_checkpoint(const std::vector<Checkpoint> & checkpoints, int32_t common, int32_t n_prompt) {
+    int32_t best = -1;
+    for (size_t i = 0; i < checkpoints.size(); ++i) {
+        const Checkpoint & c = checkpoints[i];
+        const bool usable = c.n_tokens <= common && (c.n_tokens < n_prompt || !c.logits.empty());
+        if (usable && (best < 0 || c.n_tokens > checkpoints[static_cast<size_t>(best)].n_tokens)) {
+            best = static_cast<int32_t>(i);
+        }
+    }
+    return best;
+}
+
 // The best reuse the live sequence offers for `prompt` (kNone when nothing).
 ReusedPrefix from_live(llama_context * ctx, const LiveSequence & live, const std::vector<int32_t> & prompt,
                        int32_t limit) {
@@ -54,18 +74,14 @@ ReusedPrefix from_live(llama_context * ctx, const LiveSequence & live, const std
         return {ReusedPrefix::Source::kLive, common, -1};
     }
     if (!needs_checkpoints(llama_get_model(ctx))) {
-        // Cut back; a prompt held entirely still prefills its last token, for the logits.
-        const int32_t n = std::min(common, n_prompt - 1);
+        const int32_t n = cut_reuse(common, n_prompt);
         return n > 0 ? ReusedPrefix{ReusedPrefix::Source::kLive, n, -1} : ReusedPrefix{};
     }
-    ReusedPrefix best;
-    for (const Checkpoint & c : live.checkpoints()) {
-        const bool usable = c.n_tokens <= common && (c.n_tokens < n_prompt || !c.logits.empty());
-        if (usable && c.n_tokens > best.n_tokens) {
-            best = {ReusedPrefix::Source::kCheckpoint, c.n_tokens, -1};
-        }
+    const int32_t i = best_checkpoint(live.checkpoints(), common, n_prompt);
+    if (i < 0 || live.checkpoints()[static_cast<size_t>(i)].n_tokens == 0) {
+        return {};
     }
-    return best;
+    return {ReusedPrefix::Source::kCheckpoint, live.checkpoints()[static_cast<size_t>(i)].n_tokens, -1};
 }
 
 // The best slot for `prompt`: one whose tokens all start it, or, on a model whose state
@@ -87,7 +103,7 @@ ReusedPrefix from_slots(const SnapshotStore & slots, const std::vector<int32_t> 
         if (common == n_slot) {
             n = n_slot;  // all of it, no cut
         } else if (cuttable) {
-            n = std::min(common, n_prompt - 1);
+            n = cut_reuse(common, n_prompt);
         }
         if (n > best.n_tokens) {
             best = {ReusedPrefix::Source::kSlot, n, slot};
@@ -112,8 +128,9 @@ ReusedPrefix reuse_prefix(llama_context * ctx, LiveSequence & live, const Snapsh
     llama_memory_t mem = llama_get_memory(ctx);
     switch (best.source) {
         case ReusedPrefix::Source::kNone:
+        case ReusedPrefix::Source::kSequence:  // prefix_offer's source: never chosen above
             clear_all(ctx, live, draft, seq);
-            break;
+            return {};
         case ReusedPrefix::Source::kSlot:
             load_snapshot(ctx, *slots.find(best.slot), live, draft, seq);
             // A slot that went past where the prompt leaves it (from_slots) is cut back.
@@ -155,19 +172,14 @@ ReusedPrefix prefix_offer(const llama_model * model, const LiveSequence & other,
     const auto n_prompt = static_cast<int32_t>(prompt.size());
     const int32_t common = std::min(common_prefix(other.tokens(), prompt), limit);
     if (!needs_checkpoints(model)) {
-        const int32_t n = std::min(common, n_prompt - 1);
+        const int32_t n = cut_reuse(common, n_prompt);
         return n > 0 ? ReusedPrefix{ReusedPrefix::Source::kSequence, n, -1} : ReusedPrefix{};
     }
-    ReusedPrefix best;
-    const auto & checkpoints = other.checkpoints();
-    for (size_t i = 0; i < checkpoints.size(); ++i) {
-        const Checkpoint & c = checkpoints[i];
-        const bool usable = c.n_tokens <= common && (c.n_tokens < n_prompt || !c.logits.empty());
-        if (usable && c.n_tokens > best.n_tokens) {
-            best = {ReusedPrefix::Source::kSequence, c.n_tokens, static_cast<int32_t>(i)};
-        }
+    const int32_t i = best_checkpoint(other.checkpoints(), common, n_prompt);
+    if (i < 0 || other.checkpoints()[static_cast<size_t>(i)].n_tokens == 0) {
+        return {};
     }
-    return best;
+    return {ReusedPrefix::Source::kSequence, other.checkpoints()[static_cast<size_t>(i)].n_tokens, i};
 }
 
 void share_prefix(llama_context * ctx, LiveSequence & live, llama_seq_id seq, const LiveSequence & other,
