@@ -190,11 +190,15 @@ class BatchClient:
             raise self._broken
         pending = _PendingReply(command)
         async with self._send_lock:
-            # Registered before the line goes out: its records may arrive before the reply.
-            if before_send is not None:
-                self._sequences[before_send.seq] = before_send
-            self._replies.append(pending)
-            await self.daemon.send(command.encode())
+            # Shielded: a caller cancelled (its client went away) between queueing the
+            # reply and writing the line would leave a reply no line answers, and every
+            # later reply would go to the wrong waiter.
+            with trio.CancelScope(shield=True):
+                # Registered before the line goes out: its records may come before the reply.
+                if before_send is not None:
+                    self._sequences[before_send.seq] = before_send
+                self._replies.append(pending)
+                await self.daemon.send(command.encode())
         await pending.event.wait()
         if pending.failure is not None:
             raise pending.failure
@@ -251,6 +255,11 @@ class BatchClient:
         try:
             await self._exchange(command, before_send=stream)
         except BaseException:
+            # Still registered: the line went out and the caller was cancelled before its
+            # reply came. The daemon runs it, so it is stopped and drained as a stream
+            # left early is; forgetting it would offer a busy sequence to the next request.
+            if self._sequences.get(command.seq) is stream:
+                await self._abandon(stream)
             if self._sequences.get(command.seq) is stream:
                 del self._sequences[command.seq]
             raise
@@ -296,7 +305,9 @@ class BatchClient:
             command = pending.command
             if (isinstance(parsed, ErrReply) and isinstance(command, Generate | Restore)
                     and command.seq is not None):
-                self._sequences.pop(command.seq, None)  # refused: it never ran
+                refused = self._sequences.pop(command.seq, None)  # it never ran
+                if refused is not None:
+                    refused._done(parsed)  # ends it for one that stopped waiting (_abandon)
             pending.event.set()
 
     async def _read_stream(self) -> None:

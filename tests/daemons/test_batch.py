@@ -87,6 +87,32 @@ async def test_leaving_early_cancels_only_that_sequence(launch: Launcher) -> Non
             assert len(await again.collect()) == 5
 
 
+async def test_a_caller_cancelled_before_its_reply_leaves_the_sequence_stopped(
+    launch: Launcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose client goes away after its generate line went out, before the
+    reply came: the daemon runs it, so the client stops it; the sequence is free for the
+    next request and later replies reach their own waiters (the soak test once saw
+    ``seq_busy`` and a cancel's reply handed to a generate)."""
+    async with (open_daemon_process(launch("qwen35", "qwen3", parallel=2, n_ctx=1024)) as daemon,
+                open_batch_client(daemon) as client):
+        send = daemon.send
+        with trio.CancelScope() as scope:
+
+            async def send_then_cancel(line: bytes) -> None:
+                await send(line)
+                scope.cancel()  # the caller goes away once its line is out
+
+            monkeypatch.setattr(daemon, "send", send_then_cancel)
+            async with client.open_sequence(generate(PROMPTS[0], 400, 0)):
+                raise AssertionError("the block is entered only after the reply")
+        monkeypatch.setattr(daemon, "send", send)
+        assert scope.cancelled_caught and not client.busy(0)
+        assert (await client.run(Stats())).command == "stats"
+        async with client.open_sequence(generate(PROMPTS[2], 5, 0)) as again:
+            assert len(await again.collect()) == 5
+
+
 async def test_daemon_death_ends_every_stream(launch: Launcher) -> None:
     async with (open_daemon_process(launch("qwen35", "qwen3", parallel=2, n_ctx=1024)) as daemon,
                 open_batch_client(daemon) as client,

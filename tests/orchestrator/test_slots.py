@@ -35,8 +35,10 @@ from tests.conftest import LucernaServer
 PARALLEL = 4
 N_CTX = 256  # per slot: the daemon holds N_CTX * PARALLEL tokens in one pool
 MODEL = "qwen3"
-# Nats: batched logprobs were measured within 2.8e-3 of solo ones on the F16 test models.
-TOL = 0.01
+# Nats: batched logprobs were measured within 2.8e-3 of solo ones on the F16 test models,
+# and within 5.2e-3 in a CI run (a stream resumed after SIGKILL, whose prefix a batched
+# step computed). TOL / 2 bounds the logprobs; a gap under TOL is a near-tie.
+TOL = 0.02
 PROMPTS = [
     "The quick brown fox",
     "Once upon a time, in a land far away, there lived a",
@@ -124,16 +126,16 @@ async def stream(client: httpx.AsyncClient, prompt: str, *, max_tokens: int = MA
 
 
 def assert_near_solo(solo: dict[str, Any], batched: dict[str, Any], label: str) -> None:
-    """Tokens equal up to the first where the solo run's best two are within TOL (a
-    rounding may flip them there); logprobs within TOL / 2 up to there."""
+    """Tokens equal before the first where the solo run's best two are within TOL (a
+    rounding may flip them there); logprobs within TOL / 2 before there."""
     a, b = solo["logprobs"], batched["logprobs"]
     for i, token in enumerate(a["tokens"]):
         top = sorted(a["top_logprobs"][i].values(), reverse=True)
         assert i < len(b["tokens"]), f"{label}: ended at {i}, solo went on"
+        if len(top) > 1 and top[0] - top[1] < TOL:
+            return  # from here on (this token too) a rounding may pick the other one
         assert b["tokens"][i] == token, f"{label}: token {i}: {b['tokens'][i]!r} != {token!r}"
         assert abs(b["token_logprobs"][i] - a["token_logprobs"][i]) < TOL / 2, f"{label}: {i}"
-        if len(top) > 1 and top[0] - top[1] < TOL:
-            return  # past here a rounding may pick the other one
     assert b["tokens"] == a["tokens"], label
     assert batched["finish_reason"] == solo["finish_reason"], label
 
