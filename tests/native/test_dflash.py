@@ -104,13 +104,19 @@ def reference(
         assert daemon.ok(reply, "generate")["n_gen"] == str(N_GEN)
         assert "draft_steps" not in reply  # no speculation without a draft
         outputs.append(tokens)
+    path = write_transcripts(tmp_path_factory.mktemp("oracle"), cases, outputs)
+    daemon.quit()
+    yield cases, outputs, path
+
+
+def write_transcripts(directory: Path, cases: list[list[int]], outputs: list[list[int]]) -> Path:
+    """The oracle's token file: each prompt, its continuation, -1 (PROTOCOL.md 5.9)."""
     transcripts: list[int] = []
     for prompt, tokens in zip(cases, outputs, strict=True):
         transcripts += [*prompt, *tokens, -1]
-    path = tmp_path_factory.mktemp("oracle") / "transcripts.bin"
+    path = directory / "transcripts.bin"
     path.write_bytes(struct.pack(f"<{len(transcripts)}i", *transcripts))
-    daemon.quit()
-    yield cases, outputs, path
+    return path
 
 
 def check_all_prompts(
@@ -364,8 +370,10 @@ def test_snapshots_restore_and_park_with_a_draft(
     assert daemon.quit() == 0
 
 
+# Also with tree verify (commands/tree_verify.h): no branch sequence outlives a cancel.
+@pytest.mark.parametrize("tree", [(), ("--draft-tree=22",)], ids=["chain", "tree"])
 def test_cancel_mid_generation_with_a_draft(
-    spawn: Any, native: Any, test_models: dict[str, Path]
+    spawn: Any, native: Any, test_models: dict[str, Path], tree: tuple[str, ...]
 ) -> None:
     daemon = spawn(
         native.binary("qwen35"),
@@ -373,6 +381,7 @@ def test_cancel_mid_generation_with_a_draft(
         f"--draft={test_models['dflash']}",
         "--n-ctx=2048",
         ONE_THREAD,
+        *tree,
     )
     daemon.ready()
     prompt = "ids:9707,1879,11,358"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands/emit.h"
+#include "commands/tree_verify.h"
 #include "daemon/session.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
@@ -46,6 +47,10 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     const auto n_ctx = static_cast<llama_pos>(llama_n_ctx(ctx));
 
     std::vector<llama_token> proposals;
+    // --draft-tree: candidates per position for a tree verify step (commands/tree_verify.h),
+    // `tree_width` of them (a depth of the tree holds at most one node per branch).
+    const int32_t tree_width = session.opts.draft_tree > 0 ? session.opts.draft_tree_branches : 0;
+    std::vector<std::vector<TreeCandidate>> candidates;
     std::vector<int32_t> committed;  // for the oracle: the live tokens plus `last`
     std::optional<llama_token> picked = picker.pick(live.last_logits(ctx));
     if (!emitter.emit(picked, live.last_logits(ctx))) {
@@ -67,14 +72,53 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             propose_from_context(committed, room, session.opts.lookup_min, proposals);
             looked_up = !proposals.empty();
         }
+        candidates.clear();
         if (room > 0 && !looked_up && choice.draft && draft != nullptr) {
             const auto t_draft = std::chrono::steady_clock::now();
-            draft->propose(last, n, padded ? block - 1 : room, proposals);
+            draft->propose({DflashDraft::Block{0, last, n, padded ? block - 1 : room, &proposals,
+                                               tree_width > 0 ? &candidates : nullptr, tree_width}});
             counters.draft_ms += ms_since(t_draft);
         }
         if (room > 0 && oracle != nullptr) {
-            oracle->propose(committed, room, proposals);  // replaces the others', if they ran
+            // Replaces the others', if they ran.
+            if (tree_width > 0) {
+                oracle->propose_candidates(committed, room, tree_width, session.opts.oracle_rank, candidates);
+                proposals.clear();
+                for (const auto & here : candidates) {
+                    proposals.push_back(here[0].token);
+                }
+            } else {
+                oracle->propose(committed, room, proposals);
+            }
             looked_up = false;
+        }
+        if (!candidates.empty() && !looked_up) {
+            candidates.resize(static_cast<size_t>(room));
+            const TokenTree tree = TokenTree::build(candidates, session.opts.draft_tree, tree_width);
+            if (tree.branches().size() > 1 && n + tree_step_cells(tree) <= n_ctx) {
+                const TreeStepResult step = verify_tree(ctx, batch, tree, last, n, picker, emitter, device_argmax);
+                const auto kept = static_cast<int32_t>(step.committed.size());
+                live.decoded(step.committed.data(), step.committed.size(), step.first_row + kept - 1);
+                if (draft != nullptr) {
+                    const auto t_ingest = std::chrono::steady_clock::now();
+                    draft->ingest(ctx, step.first_row, kept, n);
+                    counters.draft_ms += ms_since(t_ingest);
+                }
+                ++counters.steps;
+                counters.proposed += tree.nodes().size();
+                counters.accepted += static_cast<uint64_t>(step.accepted);
+                if (!step.more) {
+                    return;
+                }
+                last = step.next;
+                continue;
+            }
+            // One branch (or no room for more): the chain of its tokens.
+            const auto & chain = tree.branches().empty() ? std::vector<int32_t>{} : tree.branches()[0];
+            proposals.clear();
+            for (const int32_t node : chain) {
+                proposals.push_back(tree.nodes()[static_cast<size_t>(node)].token);
+            }
         }
         const auto k = static_cast<int32_t>(std::min<size_t>(proposals.size(), static_cast<size_t>(room)));
         const int32_t n_rows = padded ? block : k + 1;

@@ -278,7 +278,7 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
     // Prefill chunks are --chunk tokens (the engine batch may be larger: a speculative
     // daemon sizes it for a verify block, engine/engine.cpp).
     const auto n_chunk = static_cast<int64_t>(std::max(1, engine.n_chunk));
-    Batch batch(static_cast<int32_t>(std::max<int64_t>(n_chunk, spec.block_size())));
+    Batch batch(static_cast<int32_t>(std::max<int64_t>(n_chunk, session.opts.verify_rows())));
     auto snapshot_here = [&] {
         session.snapshots.put(req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab, draft));
         snapped = true;

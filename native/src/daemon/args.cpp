@@ -131,6 +131,18 @@ const Flag kFlags[] = {
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          opts.oracle_accept = flag_real(flag, value, 1.0, static_cast<double>(kMaxDraftBlock));
      }},
+    {"--oracle-rank",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.oracle_rank = static_cast<int32_t>(flag_int(flag, value, 0, kMaxTreeBranches - 1));
+     }},
+    {"--draft-tree",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.draft_tree = static_cast<int32_t>(flag_int(flag, value, 0, kMaxTreeBranches * (kMaxDraftBlock - 1)));
+     }},
+    {"--draft-tree-branches",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.draft_tree_branches = static_cast<int32_t>(flag_int(flag, value, 1, kMaxTreeBranches));
+     }},
     {"--lookup",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          if (value != "off" && value != "opt-in" && value != "on") {
@@ -240,6 +252,24 @@ DaemonOptions parse_daemon_args(int argc, char ** argv) {
     }
     if (opts.oracle_accept != 0.0 && opts.oracle_path.empty()) {
         throw ProtocolError(ErrorCode::kBadFlag, "--oracle-accept only applies with --draft-oracle");
+    }
+    if (opts.oracle_rank != 0 && opts.oracle_path.empty()) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--oracle-rank only applies with --draft-oracle");
+    }
+    if (opts.draft_tree != 0 && opts.draft_path.empty() && opts.oracle_path.empty()) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft-tree needs --draft or --draft-oracle (a proposer that ranks "
+                                                 "candidates per position)");
+    }
+    if (opts.draft_tree != 0 && opts.parallel != 1) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft-tree runs with --parallel 1 (each branch of the tree takes "
+                                                 "a sequence of the context)");
+    }
+    if (opts.draft_tree != 0 && opts.kv_split) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft-tree needs the one KV pool (--kv-unified=on): its branches "
+                                                 "share the live sequence's cells");
+    }
+    if (opts.draft_tree_branches != DaemonOptions::kDefaultTreeBranches && opts.draft_tree == 0) {
+        throw ProtocolError(ErrorCode::kBadFlag, "--draft-tree-branches only applies with --draft-tree");
     }
     if (opts.draft_block_size != 0 && !opts.speculative()) {
         throw ProtocolError(ErrorCode::kBadFlag, "--draft-block-size only applies with --draft, --draft-oracle or --lookup");

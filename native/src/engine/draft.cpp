@@ -149,15 +149,19 @@ void DflashDraft::attach(llama_context * target, const DaemonOptions & opts, int
     cparams.ctx_other = target;
     std::vector<llama_sampler_seq_config> greedy(n_seq);
     greedy_.clear();
-    for (uint32_t seq = 0; seq < n_seq; ++seq) {
+    // A tree verify ranks each position's candidates by their probability, which takes
+    // the whole logits row on the host (propose, top_candidates): no device argmax then.
+    for (uint32_t seq = 0; seq < (opts.draft_tree > 0 ? 0 : n_seq); ++seq) {
         greedy_.emplace_back(llama_sampler_chain_init(llama_sampler_chain_default_params()));
         llama_sampler_chain_add(greedy_.back().get(), llama_sampler_init_greedy());
         greedy[seq] = {static_cast<llama_seq_id>(seq), greedy_.back().get()};
     }
-    cparams.samplers = greedy.data();
-    cparams.n_samplers = n_seq;
-    cparams.n_outputs_max_per_seq = static_cast<uint32_t>(block_size);  // one pick per proposal
-    context_.reset(llama_init_from_model(model_.get(), cparams));
+    if (!greedy_.empty()) {
+        cparams.samplers = greedy.data();
+        cparams.n_samplers = n_seq;
+        cparams.n_outputs_max_per_seq = static_cast<uint32_t>(block_size);  // one pick per proposal
+        context_.reset(llama_init_from_model(model_.get(), cparams));
+    }
     if (!context_) {
         // A backend that cannot sample: argmax over the logits on the host instead.
         greedy_.clear();
@@ -267,8 +271,21 @@ void DflashDraft::propose(const std::vector<Block> & blocks) {
         const Block & block = blocks[b];
         // Each mask position's row is the proposal for that position (the anchor's row
         // proposes nothing), as common/speculative.cpp reads a DFlash (v1) block.
+        if (block.candidates != nullptr) {
+            block.candidates->resize(static_cast<size_t>(block.n_draft));
+        }
         for (int32_t i = 1; i <= block.n_draft; ++i) {
             const int32_t idx = first_idx[b] + i;
+            if (block.candidates != nullptr) {
+                const float * logits = llama_get_logits_ith(context_.get(), idx);
+                if (logits == nullptr) {
+                    throw ProtocolError(ErrorCode::kDecodeFailed, "the draft produced no proposal");
+                }
+                auto & here = (*block.candidates)[static_cast<size_t>(i - 1)];
+                top_candidates(logits, n_vocab, block.width, here);
+                block.out->push_back(here[0].token);
+                continue;
+            }
             llama_token token = !greedy_.empty() ? llama_get_sampled_token_ith(context_.get(), idx) : LLAMA_TOKEN_NULL;
             if (token == LLAMA_TOKEN_NULL) {
                 const float * logits = llama_get_logits_ith(context_.get(), idx);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine/options.h"
+#include "engine/token_tree.h"
 #include "llama-cpp.h"
 #include "llama.h"
 
@@ -81,6 +82,10 @@ public:
         llama_pos pos = 0;
         int32_t n_draft = 0;
         std::vector<llama_token> * out = nullptr;
+        // A tree verify's block (--draft-tree): also each position's `width` most likely
+        // tokens with their log-probabilities, best first (out gets the first of each).
+        std::vector<std::vector<TreeCandidate>> * candidates = nullptr;
+        int32_t width = 0;
     };
     // Denoises every block in one draft batch (the engine masks each sequence to its own
     // cells). Throws decode_failed.

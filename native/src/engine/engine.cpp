@@ -174,7 +174,7 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             // n_ubatch > n_rs_seq + 1). Prefill still splits at --chunk itself
             // (generate.cpp), so a bigger engine batch changes no prefill batch.
             cparams.n_rs_seq = static_cast<uint32_t>(opts.draft_block_size - 1);
-            cparams.n_batch = std::max(cparams.n_batch, static_cast<uint32_t>(opts.draft_block_size + 1));
+            cparams.n_batch = std::max(cparams.n_batch, static_cast<uint32_t>(opts.verify_rows() + 1));
         }
         if (opts.parallel > 1) {
             // A batched step carries one decode token per running sequence (a verify
@@ -185,7 +185,9 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
                                   static_cast<uint32_t>(opts.speculative() ? opts.draft_block_size : 1);
         }
         cparams.n_ubatch = cparams.n_batch;
-        cparams.n_seq_max = static_cast<uint32_t>(opts.parallel);
+        // A tree verify step decodes each branch as a sequence of its own after the live
+        // one (commands/tree_verify.h).
+        cparams.n_seq_max = static_cast<uint32_t>(opts.parallel + (opts.draft_tree > 0 ? opts.draft_tree_branches : 0));
         // One KV pool of n_ctx cells that every sequence draws from (PROTOCOL.md 9), so a
         // long sequence can use the cells the others leave free; when the pool runs
         // short the batch scheduler preempts (daemon/batch_scheduler.h). The recurrent

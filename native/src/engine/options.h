@@ -83,6 +83,15 @@ struct DaemonOptions {
     int32_t draft_block_size = 0;
     std::string oracle_path;       // --draft-oracle: benchmark-only transcript proposer
     double oracle_accept = 0.0;    // --oracle-accept: mean acceptance length it aims at; 0: block
+    // --oracle-rank: where the oracle ranks the transcript's token at the position its
+    // schedule gets wrong, among the candidates a tree verify step asks for (0: not
+    // among them, as in a chain step).
+    int32_t oracle_rank = 0;
+    // --draft-tree: tree verify (DDTree, engine/token_tree.h) with at most this many
+    // proposals a step, on at most --draft-tree-branches branches; 0: chain verify.
+    int32_t draft_tree = 0;
+    int32_t draft_tree_branches = kDefaultTreeBranches;
+    static constexpr int32_t kDefaultTreeBranches = 8;
     // --lookup=off|opt-in|on: prompt lookup (engine/lookup.h), any target role. opt-in
     // and on ready the context for verify steps (as a draft does); on also makes
     // lookup=1 the default of `generate` and `restore`.
@@ -93,6 +102,8 @@ struct DaemonOptions {
     // Whether the daemon may decode speculatively, so its context is sized for a verify
     // block (and a hybrid target keeps the recurrent copies a rollback needs).
     bool speculative() const { return !draft_path.empty() || !oracle_path.empty() || lookup != Lookup::kOff; }
+    // Rows of the largest verify step: one block, or with --draft-tree a block per branch.
+    int32_t verify_rows() const { return draft_block_size * (draft_tree > 0 ? draft_tree_branches : 1); }
 };
 
 // Splits "HOST:PORT" (port 1..65535, host non-empty). Returns false if malformed.

@@ -85,7 +85,16 @@ void OracleProposer::begin(const std::vector<int32_t> & prompt) {
 }
 
 void OracleProposer::propose(const std::vector<int32_t> & committed, int32_t n_draft, std::vector<int32_t> & out) {
-    out.assign(static_cast<size_t>(n_draft), 0);
+    propose_candidates(committed, n_draft, 1, 0, candidates_);
+    out.resize(candidates_.size());
+    for (size_t j = 0; j < candidates_.size(); ++j) {
+        out[j] = candidates_[j][0].token;
+    }
+}
+
+void OracleProposer::propose_candidates(const std::vector<int32_t> & committed, int32_t n_draft, int32_t width,
+                                        int32_t rank, std::vector<std::vector<TreeCandidate>> & out) {
+    out.assign(static_cast<size_t>(n_draft), {});
     // Still on the transcript? Only the tokens committed since the last step need a look.
     if (current_ != nullptr) {
         if (committed.size() > current_->size() ||
@@ -101,13 +110,25 @@ void OracleProposer::propose(const std::vector<int32_t> & committed, int32_t n_d
                                               std::floor(static_cast<double>(step_) * a));
     ++step_;
     for (int32_t j = 0; j < n_draft; ++j) {
+        auto & here = out[static_cast<size_t>(j)];
         const size_t at = committed.size() + static_cast<size_t>(j);
         if (current_ == nullptr || at >= current_->size()) {
-            out[static_cast<size_t>(j)] = 0;  // nothing to copy: a proposal like any other
+            here.push_back({0, 0.0f});  // nothing to copy: a proposal like any other
             continue;
         }
+        // The transcript's token is at rank 0, except at the scheduled miss, where it is
+        // at `rank` (0: not among the candidates). The probabilities are a draft's that
+        // is sure where it is right and unsure where it is wrong: rank 0 has 0.9 and rank
+        // i 0.1 * 2^-i, except at the miss, where rank i has 2^-(i + 1). So a tree spends
+        // its branches at the miss, as it would on a real draft's doubts.
         const int32_t truth = (*current_)[at];
-        out[static_cast<size_t>(j)] = j == correct ? (truth + 1) % n_vocab_ : truth;
+        const bool miss = j == correct;
+        const int32_t truth_rank = miss ? (rank > 0 ? rank : width) : 0;
+        for (int32_t i = 0, wrong = 1; i < width; ++i) {
+            const int32_t token = i == truth_rank ? truth : (truth + wrong++) % n_vocab_;
+            const double p = miss ? std::ldexp(1.0, -(i + 1)) : i == 0 ? 0.9 : 0.1 * std::ldexp(1.0, -i);
+            here.push_back({token, static_cast<float>(std::log(p))});
+        }
     }
 }
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/token_tree.h"
 #include "wire/errors.h"
 
 namespace lucerna {
@@ -40,6 +41,12 @@ public:
     // Proposals for the `n_draft` positions after `committed` (every committed token,
     // the not-yet-decoded last one included).
     void propose(const std::vector<int32_t> & committed, int32_t n_draft, std::vector<int32_t> & out);
+    // The same step for a tree verify (engine/token_tree.h): `width` candidates for each
+    // position, the transcript's token first except at the step's scheduled miss, where it
+    // is at `rank` (--oracle-rank; 0: not among them, the first candidate is then the
+    // chain's wrong token).
+    void propose_candidates(const std::vector<int32_t> & committed, int32_t n_draft, int32_t width, int32_t rank,
+                            std::vector<std::vector<TreeCandidate>> & out);
 
     double accept() const { return accept_; }
     size_t n_transcripts() const { return transcripts_.size(); }
@@ -57,6 +64,7 @@ private:
     const std::vector<int32_t> * current_ = nullptr;  // null: no transcript, or left it
     size_t checked_ = 0;  // committed tokens already compared with *current_
     int64_t step_ = 0;
+    std::vector<std::vector<TreeCandidate>> candidates_;  // propose()'s scratch
 };
 
 }  // namespace lucerna

@@ -24,6 +24,11 @@ constexpr int32_t kMaxParallel = 64;
 // 64 is far past any trained DFlash block (16) and keeps both bounded.
 constexpr int32_t kMaxDraftBlock = 64;
 
+// --draft-tree-branches is `1..16` (section 1): every branch of a tree verify step is a
+// sequence of the engine context, with its own recurrent state and a rollback copy of it
+// per block position, so the count sizes the context's memory.
+constexpr int32_t kMaxTreeBranches = 16;
+
 // generate ... logprobs=K takes K in `[0, 20]` (5.1; OpenAI's top_logprobs bound).
 constexpr int32_t kMaxLogprobs = 20;
 
