@@ -11,6 +11,8 @@ reaches, and the recurrent state of the branch it ends on must be the one kept.
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,27 @@ def test_tree_verify_with_the_draft_is_autoregressive_decoding(
     # At most the budget per step (fewer where the request's end leaves less room).
     assert 0 < int(stats["draft_proposed"]) <= 12 * int(stats["draft_steps"])
     assert daemon.quit() == 0
+
+
+_CANDIDATE_CHECK = re.compile(
+    r"candidate_check backend=(\S+) width=(\d+) rows=(\d+) rows_equal=(\d+) max_logprob_diff=(\S+)"
+)
+
+
+@pytest.mark.parametrize("width", [1, 8, 16])
+def test_the_device_candidates_are_the_hosts(native: Any, width: int) -> None:
+    """The draft's candidates come from its backend's sampling graph
+    (native/src/engine/candidate_sampler.h): the same ids in the same order as the host
+    computes from the same logits rows of the 27B vocabulary, the same log-probabilities
+    to float rounding (measured: 4.8e-7 on the CPU backend)."""
+    done = subprocess.run([str(native.mkmodels), "--candidate-check", str(width)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    check = _CANDIDATE_CHECK.fullmatch(done.stdout.strip())
+    assert check is not None, done.stdout
+    assert int(check[2]) == width and int(check[3]) == 15
+    assert int(check[4]) == 15, check[0]
+    assert float(check[5]) < 1e-4, check[0]
 
 
 def test_rollback_after_a_tree_is_exact(

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/candidate_sampler.h"
 #include "engine/gguf_probe.h"
 #include "engine/log.h"
 #include "ggml-cpp.h"
@@ -147,24 +148,26 @@ void DflashDraft::attach(llama_context * target, const DaemonOptions & opts, int
     cparams.n_threads_batch = opts.n_threads;
     cparams.no_perf = true;
     cparams.ctx_other = target;
-    std::vector<llama_sampler_seq_config> greedy(n_seq);
-    greedy_.clear();
-    // A tree verify ranks each position's candidates by their probability, which takes
-    // the whole logits row on the host (propose, top_candidates): no device argmax then.
-    for (uint32_t seq = 0; seq < (opts.draft_tree > 0 ? 0 : n_seq); ++seq) {
-        greedy_.emplace_back(llama_sampler_chain_init(llama_sampler_chain_default_params()));
-        llama_sampler_chain_add(greedy_.back().get(), llama_sampler_init_greedy());
-        greedy[seq] = {static_cast<llama_seq_id>(seq), greedy_.back().get()};
+    std::vector<llama_sampler_seq_config> device_samplers(n_seq);
+    samplers_.clear();
+    for (uint32_t seq = 0; seq < n_seq; ++seq) {
+        // A tree verify ranks each position's top candidates by probability
+        // (engine/candidate_sampler.h); a chain step takes each position's argmax.
+        if (opts.draft_tree > 0) {
+            samplers_.emplace_back(make_candidate_sampler_chain(opts.draft_tree_branches));
+        } else {
+            samplers_.emplace_back(llama_sampler_chain_init(llama_sampler_chain_default_params()));
+            llama_sampler_chain_add(samplers_.back().get(), llama_sampler_init_greedy());
+        }
+        device_samplers[seq] = {static_cast<llama_seq_id>(seq), samplers_.back().get()};
     }
-    if (!greedy_.empty()) {
-        cparams.samplers = greedy.data();
-        cparams.n_samplers = n_seq;
-        cparams.n_outputs_max_per_seq = static_cast<uint32_t>(block_size);  // one pick per proposal
-        context_.reset(llama_init_from_model(model_.get(), cparams));
-    }
+    cparams.samplers = device_samplers.data();
+    cparams.n_samplers = n_seq;
+    cparams.n_outputs_max_per_seq = static_cast<uint32_t>(block_size);  // one pick per proposal
+    context_.reset(llama_init_from_model(model_.get(), cparams));
     if (!context_) {
-        // A backend that cannot sample: argmax over the logits on the host instead.
-        greedy_.clear();
+        // A backend that cannot sample: the logits rows on the host instead.
+        samplers_.clear();
         cparams.samplers = nullptr;
         cparams.n_samplers = 0;
         cparams.n_outputs_max_per_seq = 0;
@@ -184,7 +187,7 @@ void DflashDraft::attach(llama_context * target, const DaemonOptions & opts, int
 void DflashDraft::detach() {
     batch_.reset();
     context_.reset();
-    greedy_.clear();
+    samplers_.clear();
 }
 
 void DflashDraft::ingest(llama_context * target, const std::vector<CommittedRows> & rows) {
@@ -277,16 +280,18 @@ void DflashDraft::propose(const std::vector<Block> & blocks) {
         for (int32_t i = 1; i <= block.n_draft; ++i) {
             const int32_t idx = first_idx[b] + i;
             if (block.candidates != nullptr) {
-                const float * logits = llama_get_logits_ith(context_.get(), idx);
-                if (logits == nullptr) {
-                    throw ProtocolError(ErrorCode::kDecodeFailed, "the draft produced no proposal");
-                }
                 auto & here = (*block.candidates)[static_cast<size_t>(i - 1)];
-                top_candidates(logits, n_vocab, block.width, here);
+                if (samplers_.empty() || !sampled_candidates(context_.get(), idx, here)) {
+                    const float * logits = llama_get_logits_ith(context_.get(), idx);
+                    if (logits == nullptr) {
+                        throw ProtocolError(ErrorCode::kDecodeFailed, "the draft produced no proposal");
+                    }
+                    top_candidates(logits, n_vocab, block.width, here);
+                }
                 block.out->push_back(here[0].token);
                 continue;
             }
-            llama_token token = !greedy_.empty() ? llama_get_sampled_token_ith(context_.get(), idx) : LLAMA_TOKEN_NULL;
+            llama_token token = !samplers_.empty() ? llama_get_sampled_token_ith(context_.get(), idx) : LLAMA_TOKEN_NULL;
             if (token == LLAMA_TOKEN_NULL) {
                 const float * logits = llama_get_logits_ith(context_.get(), idx);
                 if (logits == nullptr) {

@@ -122,10 +122,11 @@ private:
     DflashDraft() = default;
 
     llama_model_ptr model_;
-    // Argmax on the draft's device (the engine's backend sampling), one sampler per
-    // sequence: only the proposed ids come back, not block x n_vocab logits. Before the
-    // context, which borrows them.
-    std::vector<llama_sampler_ptr> greedy_;
+    // The draft's picks on its device (the engine's backend sampling), one sampler per
+    // sequence: the argmax (chain steps) or the top candidates (--draft-tree,
+    // engine/candidate_sampler.h), so only those come back, not block x n_vocab logits.
+    // Before the context, which borrows them.
+    std::vector<llama_sampler_ptr> samplers_;
     llama_context_ptr context_;
     llama_batch_ext_ptr batch_;
     std::vector<int32_t> layer_ids_;  // target layers whose inputs the draft reads

@@ -5,6 +5,7 @@
 //                    [--threads N] [--seed N] [--piece-pool N]
 //   lucerna-mkmodels --probe FILE [--tokens N] [--threads N]
 //   lucerna-mkmodels --kernel-check TYPE [--threads N]
+//   lucerna-mkmodels --candidate-check WIDTH [--threads N]
 //   lucerna-mkmodels --list | --version
 //
 // --shape writes one full-size benchmark model (mkmodels/bench_shapes.h) instead of the
@@ -19,6 +20,11 @@
 // --kernel-check multiplies random TYPE weights by batches of activation rows on the
 // CPU, batched and one row at a time (mkmodels/kernel_check.h), one line per batch size:
 //   kernel_check type=<t> rows=<n> max_abs_diff=<x> max_abs=<x>
+//
+// --candidate-check runs the tree verify's device candidates (engine/candidate_sampler.h)
+// on seeded logits on the best backend and compares them with the host's
+// (mkmodels/candidate_check.h):
+//   candidate_check backend=<name> width=<w> rows=<n> rows_equal=<n> max_logprob_diff=<x>
 //
 // Progress and engine logs go to stderr. With --verify, each written file is loaded
 // back from disk and (for generating models) greedily decoded in a real llama_context;
@@ -35,6 +41,7 @@
 #include "llama.h"
 #include "mkmodels/activation_probe.h"
 #include "mkmodels/bench_shapes.h"
+#include "mkmodels/candidate_check.h"
 #include "mkmodels/kernel_check.h"
 #include "mkmodels/model_specs.h"
 #include "mkmodels/model_writer.h"
@@ -57,6 +64,7 @@ struct Options {
     lucerna::mkmodels::ShapeOptions shape;  // shape.shape non-empty: --shape mode
     std::string probe;                      // non-empty: --probe mode
     std::string kernel_check;               // non-empty: --kernel-check mode
+    int32_t candidate_check = 0;            // > 0: --candidate-check mode, this width
     int32_t probe_tokens = 1024;
 };
 
@@ -68,6 +76,7 @@ void usage(FILE * to) {
                  "                        [--threads N] [--seed N] [--piece-pool N]\n"
                  "       lucerna-mkmodels --probe FILE [--tokens N] [--threads N]\n"
                  "       lucerna-mkmodels --kernel-check TYPE [--threads N]\n"
+                 "       lucerna-mkmodels --candidate-check WIDTH [--threads N]\n"
                  "       lucerna-mkmodels --list | --version\n");
 }
 
@@ -148,6 +157,16 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
         } else if (arg == "--kernel-check") {
             if (!need_value()) return exit_code = 2, false;
             opts.kernel_check = value;
+        } else if (arg == "--candidate-check") {
+            if (!need_value()) return exit_code = 2, false;
+            char * end = nullptr;
+            const long parsed = std::strtol(value.c_str(), &end, 10);
+            if (value.empty() || *end != '\0' || parsed < 1 || parsed > 64) {
+                std::fprintf(stderr, "lucerna-mkmodels: --candidate-check wants a width of 1..64, not '%s'\n",
+                             value.c_str());
+                return exit_code = 2, false;
+            }
+            opts.candidate_check = static_cast<int32_t>(parsed);
         } else if (arg == "--ftype") {
             if (!need_value()) return exit_code = 2, false;
             opts.shape.ftype = value;
@@ -196,7 +215,7 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
             return exit_code = 2, false;
         }
     }
-    if (opts.out_dir.empty() && opts.probe.empty() && opts.kernel_check.empty()) {
+    if (opts.out_dir.empty() && opts.probe.empty() && opts.kernel_check.empty() && opts.candidate_check == 0) {
         std::fprintf(stderr, "lucerna-mkmodels: --out DIR is required\n");
         usage(stderr);
         return exit_code = 2, false;
@@ -245,6 +264,22 @@ int main(int argc, char ** argv) {
             }
         } catch (const std::exception & err) {
             std::fprintf(stderr, "mkmodels: --kernel-check %s failed: %s\n", opts.kernel_check.c_str(), err.what());
+            status = 1;
+        }
+        llama_backend_free();
+        return status;
+    }
+
+    if (opts.candidate_check > 0) {
+        int status = 0;
+        try {
+            const int32_t threads = opts.shape.threads > 0 ? opts.shape.threads : 2;
+            const auto check = lucerna::mkmodels::check_candidates(opts.candidate_check, threads);
+            std::printf("candidate_check backend=%s width=%d rows=%d rows_equal=%d max_logprob_diff=%.9g\n",
+                        check.backend.c_str(), opts.candidate_check, check.rows, check.rows_equal,
+                        check.max_logprob_diff);
+        } catch (const std::exception & err) {
+            std::fprintf(stderr, "mkmodels: --candidate-check failed: %s\n", err.what());
             status = 1;
         }
         llama_backend_free();
