@@ -132,6 +132,11 @@ class DaemonLaunch:
     alone)."""
     lookup: str | None = None
     """Prompt lookup (PROTOCOL.md 5.9): ``"opt-in"`` or ``"on"``; None: off."""
+    draft_tree: int | None = None
+    """Tree verify of the draft's proposals, at most this many a step (PROTOCOL.md 5.9,
+    ``--draft-tree``); None: chain verify."""
+    draft_tree_branches: int | None = None
+    """With ``draft_tree``: its most branches; None: the daemon's default."""
     deterministic: bool = False
     """``--deterministic=on``: batch-invariant kernels (PROTOCOL.md section 1)."""
     extra_args: tuple[str, ...] = ()
@@ -174,6 +179,10 @@ class DaemonLaunch:
             raise ValueError("draft_block_size needs a draft or lookup")
         if self.lookup not in (None, "opt-in", "on"):
             raise ValueError(f"lookup must be 'opt-in' or 'on' (None: off), got {self.lookup!r}")
+        if self.draft_tree is not None and self.draft is None:
+            raise ValueError("draft_tree needs a draft")
+        if self.draft_tree_branches is not None and self.draft_tree is None:
+            raise ValueError("draft_tree_branches needs draft_tree")
 
     def argv(self, stream_fd: int | None) -> list[str]:
         """The command line: the launcher, then the daemon's (shell-quoted if ``remote_shell``)."""
@@ -204,6 +213,8 @@ class DaemonLaunch:
             ("rpc-listen", self.rpc_listen),
             ("draft", self.draft),
             ("draft-block-size", self.draft_block_size),
+            ("draft-tree", self.draft_tree),
+            ("draft-tree-branches", self.draft_tree_branches),
             ("deterministic", "on" if self.deterministic else None),
             # The mode needs each sequence's cells in solo order: one KV stream each
             # (PROTOCOL.md section 1); n_ctx is already n_ctx per sequence times parallel.

@@ -82,6 +82,8 @@ class Speculation:
     method: str | None = None
     """The proposers that ran: ``dflash``, ``lookup``, ``dflash+lookup``... (the daemon's
     ``spec``); None from a daemon that does not say."""
+    tree_steps: int | None = None
+    """Of ``draft_steps``, those verified as a tree (``draft_tree``); None: chain verify."""
 
     @property
     def acceptance_length(self) -> float:

@@ -452,4 +452,5 @@ def _speculation(summary: GenerateSummary | None) -> Speculation | None:
     if summary is None or summary.draft_steps is None or summary.spec == "none":
         return None  # not speculative, or no proposer ran for this request
     return Speculation(draft_steps=summary.draft_steps, proposed=summary.draft_proposed or 0,
-                       accepted=summary.draft_accepted or 0, method=summary.spec)
+                       accepted=summary.draft_accepted or 0, method=summary.spec,
+                       tree_steps=summary.tree_steps)

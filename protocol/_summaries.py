@@ -100,6 +100,9 @@ class GenerateSummary(_Summary):
     spec: str | None = None
     """The proposers the request ran (section 5.9): ``dflash``, ``oracle`` and ``lookup``
     joined by ``+``, or ``none``; None from a daemon that does not say."""
+    tree_steps: int | None = None
+    """Of ``draft_steps``, those verified as a tree (``--draft-tree``, 5.9); None where
+    the request's proposals were not verified as trees."""
 
     @property
     def acceptance_length(self) -> float | None:
@@ -152,6 +155,7 @@ class GenerateSummary(_Summary):
             draft_accepted=reply.int_field("draft_accepted") if speculative else None,
             draft_ms=reply.float_field("draft_ms") if speculative else None,
             spec=reply.fields.get("spec") if speculative else None,
+            tree_steps=_optional_int_field(reply, "tree_steps") if speculative else None,
         )
 
     def to_reply(self) -> OkReply:
@@ -185,6 +189,8 @@ class GenerateSummary(_Summary):
                 "draft_accepted": str(self.draft_accepted),
                 "draft_ms": repr(float(self.draft_ms)),
             }
+            if self.tree_steps is not None:
+                fields["tree_steps"] = str(self.tree_steps)
         return OkReply(self.command, fields)
 
 

@@ -65,6 +65,8 @@ def openai_usage(finished: Finished) -> dict[str, Any]:
                                 "proposed": spec.proposed}
         if spec.method is not None:
             usage["speculative"]["method"] = spec.method
+        if spec.tree_steps is not None:  # the draft's steps were verified as trees
+            usage["speculative"]["tree_steps"] = spec.tree_steps
     return usage
 
 

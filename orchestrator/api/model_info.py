@@ -280,14 +280,23 @@ def props(model: ServedModel, registry: ModelRegistry,
 def speculation(model: ServedModel, ready: ReadyInfo | None) -> dict[str, Any]:
     """What the model speculates with (PROTOCOL.md 5.9): the DFlash draft, prompt lookup
     (``off``; ``opt-in``: requests ask with ``"lookup": true``; ``on``: every request
-    unless ``"lookup": false``) and the tokens per verify step (the running daemon's,
-    else the configured one; None: the default). ``usage`` says per request which
-    proposers ran and how many proposals were accepted."""
+    unless ``"lookup": false``), the tokens per verify step, and how the draft's
+    proposals are verified (``verify``: ``chain``, or ``tree`` with ``tree``'s node
+    budget and branches). Figures are the running daemon's, else the configured ones
+    (None: the daemon's default). ``usage`` says per request which proposers ran, how
+    many proposals were accepted and how many steps were trees."""
     launch = model.launch
-    block = ready.fields.get("draft_block") if ready is not None else None
+    fields = ready.fields if ready is not None else {}
+    block = fields.get("draft_block")
+    budget = fields.get("draft_tree", launch.draft_tree)
+    branches = fields.get("draft_tree_branches", launch.draft_tree_branches)
     return {"draft": None if launch.draft is None else str(launch.draft),
             "lookup": launch.lookup or "off",
-            "block": int(block) if block is not None else launch.draft_block_size}
+            "block": int(block) if block is not None else launch.draft_block_size,
+            "verify": "tree" if budget else "chain",
+            "tree": ({"budget": int(budget),
+                      "branches": None if branches is None else int(branches)}
+                     if budget else None)}
 
 
 async def props_endpoint(request: Request, registry: ModelRegistry,

@@ -20,7 +20,7 @@ The schema (configs/lucerna.toml is a commented example)::
     name, path ("default" = the embedded gemma3-270m, "default-chat" = the embedded
     SmolLM2-135M-Instruct), role, n_ctx, threads,
     n_gpu_layers, chunk, slots, draft, draft_block_size, lookup ("off" | "opt-in" | "on"),
-    extra_args, launcher, env, queue_limit,
+    draft_tree, draft_tree_branches, extra_args, launcher, env, queue_limit,
     max_output_tokens, restart = {max_failures, first_delay_s, base_delay_s,
     max_delay_s, healthy_after_s}, load ("boot" | "on_demand"), idle ("10m": park
     or stop it after that long unused), idle_action ("park" | "stop"), group,
@@ -44,7 +44,9 @@ The schema (configs/lucerna.toml is a commented example)::
 ``draft`` is a DFlash draft GGUF for the model's qwen35 daemon: every generation then
 decodes speculatively (PROTOCOL.md 5.9). ``lookup`` is prompt lookup, speculation from
 the context itself, for any target: "opt-in" lets a request ask with ``"lookup": true``,
-"on" runs it for every request that does not say ``"lookup": false``. The daemon's
+"on" runs it for every request that does not say ``"lookup": false``. ``draft_tree``
+(0: chain) verifies the draft's proposals as a best-first tree of at most that many
+(DDTree, docs/dflash.md), on at most ``draft_tree_branches`` branches. The daemon's
 benchmark-only oracle proposer has no key here on purpose: it is a daemon flag and
 nothing an API client can reach.
 

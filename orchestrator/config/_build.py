@@ -99,6 +99,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
         if settings.draft is not None:
             draft, draft_info = gguf(settings.draft, f"{where}.draft")
             _check_draft(role, draft_info.architecture, f"{where}.draft")
+        _check_tree(settings, where)
         _check_parallel(settings, where)
         choice = _parallel_choice(settings, path, info, proxy, native.backend)
         parallel = choice.parallel
@@ -116,6 +117,8 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             draft_block_size=settings.draft_block_size,
             deterministic=settings.deterministic,
             lookup=None if settings.lookup == "off" else settings.lookup,
+            draft_tree=settings.draft_tree or None,
+            draft_tree_branches=settings.draft_tree_branches,
             rpc=tuple(shards[name].launch.rpc_listen or "" for name in settings.shards),
             override_tensors=settings.override_tensor,
             extra_args=settings.extra_args, env=dict(settings.env),
@@ -179,9 +182,24 @@ def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy:
                            backend_free_bytes(backend))
 
 
+def _check_tree(settings: ModelSettings, where: str) -> None:
+    if settings.draft_tree and settings.draft is None:
+        raise ConfigError(f"{where}: draft_tree = {settings.draft_tree} without a draft: tree "
+                          "verify checks the DFlash draft's proposals (prompt lookup's stay "
+                          "chains). Fix: add draft = \"<draft.gguf>\", or remove draft_tree.")
+    if settings.draft_tree_branches is not None and not settings.draft_tree:
+        raise ConfigError(f"{where}: draft_tree_branches is set without draft_tree. Fix: set "
+                          "draft_tree (e.g. 22), or remove draft_tree_branches.")
+
+
 def _check_parallel(settings: ModelSettings, where: str) -> None:
     if settings.parallel is None or settings.parallel == 1:
         return
+    if settings.draft_tree:
+        raise ConfigError(f"{where}: parallel = {settings.parallel} with draft_tree: a tree "
+                          "verify step decodes its branches as sequences of their own, built "
+                          "for one running sequence. Fix: set parallel = 1, or remove "
+                          "draft_tree.")
     if settings.prefill is not None and settings.prefill.mode != "off":
         raise ConfigError(f"{where}: parallel = {settings.parallel} with [models.prefill]: "
                           "PFlash drives the target one request at a time. Fix: set "

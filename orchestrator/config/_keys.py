@@ -150,6 +150,18 @@ class ModelKeys:
     DRAFT_BLOCK_SIZE = Setting("draft_block_size", int, "give the tokens per verify step, "
                                "e.g. 16, or leave it out for the draft's own block size",
                                low=2, high=64)
+    DRAFT_TREE = Setting(
+        "draft_tree", int, "give the most proposals a tree verify step holds, e.g. "
+        "draft_tree = 22, or 0 for chain verify", default=0, shown="0 (chain verify)",
+        low=0, high=1008, flag="--draft-tree", metavar="N",
+        flag_fix="give the most proposals a tree verify step holds, e.g. 22, or 0",
+        help="tree verify (DDTree) for the draft's proposals: each step verifies a "
+        "best-first tree of at most N of them instead of a chain (docs/dflash.md says "
+        "when it pays); needs --draft and one sequence")
+    DRAFT_TREE_BRANCHES = Setting(
+        "draft_tree_branches", int, "give the most branches (root-to-leaf paths) of a "
+        "tree verify step, e.g. draft_tree_branches = 4, or leave it out for the daemon's 8",
+        low=1, high=16)
     DETERMINISTIC = Setting(
         "deterministic", bool, "write deterministic = true for batch-invariant decoding "
         "(greedy tokens the same however requests are batched, chunked, restored or "

@@ -311,6 +311,8 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
     draft = table.file(keys.DRAFT, base)
     block = table.read(keys.DRAFT_BLOCK_SIZE)
     lookup = table.read(keys.LOOKUP)
+    tree = table.read(keys.DRAFT_TREE)
+    branches = table.read(keys.DRAFT_TREE_BRANCHES)
     if block is not None and draft is None and lookup == "off":
         raise table.error("draft_block_size", "is set without a draft or lookup",
                           "add draft = \"<draft.gguf>\" or lookup = \"opt-in\", or remove "
@@ -369,6 +371,8 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         draft_block_size=block,
         deterministic=deterministic,
         lookup=lookup,
+        draft_tree=tree,
+        draft_tree_branches=branches,
         extra_args=extra or (),
         launcher=launcher or (),
         env=dict(env or {}),

@@ -32,7 +32,7 @@ SERVER_FLAGS = (ServerKeys.HOST, ServerKeys.PORT, ServerKeys.SHUTDOWN_TIMEOUT,
 """Flags that replace their ``[server]`` key."""
 MODEL_FLAGS = (ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
                ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, ModelKeys.MAX_OUTPUT_TOKENS,
-               ModelKeys.EMBEDDINGS, ModelKeys.LOOKUP,
+               ModelKeys.EMBEDDINGS, ModelKeys.LOOKUP, ModelKeys.DRAFT_TREE,
                ModelKeys.DETERMINISTIC)
 """Flags that set their ``[[models]]`` key for every model served."""
 BOUNDED_FLAGS = tuple(s for s in (*SERVER_FLAGS, *MODEL_FLAGS, RestartKeys.MAX_FAILURES)
@@ -75,6 +75,8 @@ class Overrides:
     """``--deterministic``: batch-invariant decoding for every model served."""
     lookup: str | None = None
     """``--lookup``: prompt lookup (off, opt-in, on) for every model served."""
+    draft_tree: int | None = None
+    """``--draft-tree``: tree verify's budget for every model served (0: chain)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, api_keys: tuple[str, ...] | None,
@@ -93,7 +95,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                     ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
                     ModelKeys.MAX_OUTPUT_TOKENS, ServerKeys.SHUTDOWN_TIMEOUT,
                     ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, RestartKeys.MAX_FAILURES,
-                    ModelKeys.DRAFT, ModelKeys.LOOKUP):
+                    ModelKeys.DRAFT, ModelKeys.LOOKUP, ModelKeys.DRAFT_TREE):
         add_flag(parser, setting)
     add_flag(parser, ModelKeys.EMBEDDINGS, nargs="?", const="mean")
     add_flag(parser, ModelKeys.DETERMINISTIC, action="store_true")

@@ -123,6 +123,10 @@ class ModelSettings:
     alone)."""
     lookup: str = ModelKeys.LOOKUP.default
     """Prompt lookup: ``off``, ``opt-in`` (per request) or ``on`` (per request opt-out)."""
+    draft_tree: int = ModelKeys.DRAFT_TREE.default
+    """Tree verify's node budget for the draft's proposals; 0: chain verify."""
+    draft_tree_branches: int | None = None
+    """Tree verify's most branches; None: the daemon's default."""
     deterministic: bool = ModelKeys.DETERMINISTIC.default
     """Batch-invariant kernels (``--deterministic=on``, docs/deterministic.md)."""
     extra_args: tuple[str, ...] = ()

@@ -119,3 +119,20 @@ def test_lookup_modes_and_bounds() -> None:
     row = sources.doc_flag_row("--lookup-min")
     assert int(row[1]) == int(engine["kDefaultLookupMin"])
     assert re.findall(r"`1\.\.(\d+)`", row[2]) == [engine["kMaxLookupMatch"]]
+
+
+def test_tree_verify_bounds() -> None:
+    """``--draft-tree``'s range and ``--draft-tree-branches``' default and range as
+    PROTOCOL.md section 1 says, the daemon's (wire/constants.h, engine/options.h) and the
+    config's ``draft_tree`` and ``draft_tree_branches``."""
+    native = sources.native_constants()
+    options = sources.native_source("engine/options.h")
+    default = re.findall(r"constexpr int32_t kDefaultTreeBranches = (\d+);", options)
+    tree = re.findall(r"`(\d+)\.\.(\d+)`", sources.doc_flag_row("--draft-tree=")[2])
+    branches = sources.doc_flag_row("--draft-tree-branches")
+    assert tree == [("0", str(native["kMaxTreeBranches"] * (native["kMaxDraftBlock"] - 1)))]
+    assert re.findall(r"`(\d+)\.\.(\d+)`", branches[2]) == [("1", str(native["kMaxTreeBranches"]))]
+    assert default == [branches[1]]
+    assert (ModelKeys.DRAFT_TREE.low, ModelKeys.DRAFT_TREE.high) == tuple(int(n) for n in tree[0])
+    assert (ModelKeys.DRAFT_TREE_BRANCHES.low, ModelKeys.DRAFT_TREE_BRANCHES.high) == (
+        1, native["kMaxTreeBranches"])

@@ -22,6 +22,8 @@ import httpx
 import pytest
 
 from daemons.native import NativeBuild
+from orchestrator.config import Overrides, apply_overrides, build_models, load_config
+from orchestrator.errors import ConfigError
 from tests.conftest import LucernaServer, openai_chunks
 
 MODEL = "qwen35"
@@ -164,3 +166,58 @@ def test_an_echo_resumed_after_a_daemon_kill_scores_the_prompt_once(
     assert tokens[1] == tokens[0] and len(tokens[0]) == MAX_TOKENS
     values = [[v for b in blocks[1:] for v in b["token_logprobs"]] for blocks in (whole, resumed)]
     assert values[1] == pytest.approx(values[0], abs=1e-2)
+
+
+def test_draft_tree_reaches_the_daemon_and_is_checked(
+        native: NativeBuild, test_models: dict[str, Path], tmp_path: Path) -> None:
+    """``draft_tree`` and ``draft_tree_branches`` (and ``--draft-tree``) become the
+    daemon's flags; without a draft, branches without a tree, or with several sequences
+    the config is refused with what to change."""
+    config = tmp_path / "lucerna.toml"
+    model = f'[[models]]\nname = "a"\npath = "{test_models["qwen35"]}"\n'
+    draft = f'draft = "{test_models["dflash"]}"\n'
+    config.write_text(model + draft + "draft_tree = 22\ndraft_tree_branches = 4\n")
+    (served,) = build_models(load_config(config), native)
+    argv = served.launch.daemon_argv(None)
+    assert "--draft-tree=22" in argv and "--draft-tree-branches=4" in argv
+    assert served.launch.parallel is None  # one sequence, as with any draft by default
+    config.write_text(model + draft)
+    (served,) = build_models(apply_overrides(load_config(config), Overrides(draft_tree=12)), native)
+    assert "--draft-tree=12" in served.launch.daemon_argv(None)
+    (served,) = build_models(load_config(config), native)
+    assert not any(arg.startswith("--draft-tree") for arg in served.launch.daemon_argv(None))
+    for text, problem in (
+        (model + "draft_tree = 22\n", "draft_tree = 22 without a draft"),
+        (model + draft + "draft_tree_branches = 4\n", "draft_tree_branches is set without"),
+        (model + draft + "draft_tree = 22\nparallel = 2\n", "parallel = 2 with draft_tree"),
+        (model + draft + "draft_tree = 1009\n", "draft_tree"),
+        (model + draft + "draft_tree = 22\ndraft_tree_branches = 17\n", "draft_tree_branches"),
+    ):
+        config.write_text(text)
+        with pytest.raises(ConfigError, match=problem):
+            build_models(load_config(config), native)
+
+
+@pytest.mark.slow
+def test_tree_verify_through_the_server_is_reported_and_unchanged(
+    servers: tuple[LucernaServer, LucernaServer], test_models: dict[str, Path], tmp_path: Path,
+) -> None:
+    """``--draft-tree``: the same text as autoregressive decoding; ``/props`` says the
+    draft's proposals are verified as trees, ``usage`` how many steps were."""
+    plain, drafted = servers
+    assert httpx.get(f"{drafted.base_url}/props").json()["speculation"]["verify"] == "chain"
+    tree = serve(tmp_path / "tree.log", test_models["qwen35"],
+                 "--draft", str(test_models["dflash"]), "--draft-tree", "12")
+    try:
+        speculation = httpx.get(f"{tree.base_url}/props").json()["speculation"]
+        assert speculation["verify"] == "tree"
+        assert speculation["tree"] == {"budget": 12, "branches": 8}  # the daemon's default
+        for prompt in PROMPTS:
+            expected, got = complete(plain, prompt), complete(tree, prompt)
+            assert got["choices"][0]["text"] == expected["choices"][0]["text"]
+            spec = got["usage"]["speculative"]
+            assert spec["method"] == "dflash"
+            assert 0 < spec["tree_steps"] <= spec["draft_steps"]
+            assert "tree_steps" not in complete(drafted, prompt)["usage"]["speculative"]
+    finally:
+        tree.stop()

@@ -291,7 +291,19 @@ def test_generate_summary_of_a_speculative_request() -> None:
     assert isinstance(reply, OkReply)
     summary = GenerateSummary.from_reply(reply)
     assert (summary.spec, summary.draft_accepted, summary.acceptance_length) == ("lookup", 7, 4.5)
+    assert summary.tree_steps is None
     assert GenerateSummary.from_reply(summary.to_reply()) == summary
+
+
+def test_generate_summary_of_tree_verify_steps() -> None:
+    line = ("ok generate n_prompt=3 n_gen=9 finish=length prefill_ms=1.0 decode_ms=8.0 "
+            "spec=dflash draft_steps=2 draft_proposed=44 draft_accepted=7 draft_ms=3.0 "
+            "tree_steps=1")
+    reply = parse_reply_line(line)
+    assert isinstance(reply, OkReply)
+    summary = GenerateSummary.from_reply(reply)
+    assert (summary.spec, summary.draft_steps, summary.tree_steps) == ("dflash", 2, 1)
+    assert summary.to_reply().encode() == f"{line}\n".encode()
 
 
 @pytest.mark.parametrize(

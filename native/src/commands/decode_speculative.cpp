@@ -49,7 +49,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     std::vector<llama_token> proposals;
     // --draft-tree: candidates per position for a tree verify step (commands/tree_verify.h),
     // `tree_width` of them (a depth of the tree holds at most one node per branch).
-    const int32_t tree_width = session.opts.draft_tree > 0 ? session.opts.draft_tree_branches : 0;
+    const int32_t tree_width = choice.tree ? session.opts.draft_tree_branches : 0;
     std::vector<std::vector<TreeCandidate>> candidates;
     std::vector<int32_t> committed;  // for the oracle: the live tokens plus `last`
     std::optional<llama_token> picked = picker.pick(live.last_logits(ctx));
@@ -105,6 +105,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
                     counters.draft_ms += ms_since(t_ingest);
                 }
                 ++counters.steps;
+                ++counters.tree_steps;
                 counters.proposed += tree.nodes().size();
                 counters.accepted += static_cast<uint64_t>(step.accepted);
                 if (!step.more) {

@@ -127,6 +127,9 @@ std::string summary_line(const char * command, const GenerationSummary & summary
             .add("draft_proposed", summary.spec->proposed)
             .add("draft_accepted", summary.spec->accepted)
             .add_ms("draft_ms", summary.spec->draft_ms);
+        if (summary.choice.tree) {
+            reply.add("tree_steps", summary.spec->tree_steps);
+        }
     }
     return reply.line();
 }

@@ -136,6 +136,10 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
     if (spec.configured()) {
         add("spec", spec.kind());
         add("draft_block", std::to_string(spec.block_size()));
+        if (spec.tree_budget() > 0) {
+            add("draft_tree", std::to_string(spec.tree_budget()));
+            add("draft_tree_branches", std::to_string(spec.tree_branches()));
+        }
         if (spec.lookup() != DaemonOptions::Lookup::kOff) {
             add("lookup", spec.lookup() == DaemonOptions::Lookup::kOn ? "on" : "opt-in");
         }

@@ -53,6 +53,7 @@ SpecChoice Speculator::choose(int32_t lookup, bool propose) const {
     choice.draft = draft_ && draft_->attached();
     choice.oracle = !oracles_.empty();
     choice.lookup = lookup == 1 || (lookup == -1 && opts_.lookup == DaemonOptions::Lookup::kOn);
+    choice.tree = opts_.draft_tree > 0 && (choice.draft || choice.oracle);
     return choice;
 }
 

@@ -23,9 +23,11 @@ struct SpecCounters {
     uint64_t proposed = 0;  // proposals verified
     uint64_t accepted = 0;  // proposals the target agreed with
     double draft_ms = 0.0;  // time in the draft: feature ingest plus block denoising
+    uint64_t tree_steps = 0;  // of `steps`, those verified as a tree (--draft-tree)
 
     void add(const SpecCounters & other) {
         steps += other.steps;
+        tree_steps += other.tree_steps;
         proposed += other.proposed;
         accepted += other.accepted;
         draft_ms += other.draft_ms;
@@ -43,6 +45,9 @@ struct SpecChoice {
     bool draft = false;
     bool oracle = false;
     bool lookup = false;
+    // The draft's or the oracle's steps are tree verify steps (--draft-tree); lookup's
+    // stay chains.
+    bool tree = false;
 
     bool any() const { return draft || oracle || lookup; }
     // The reply's spec=: "dflash", "oracle", "lookup" joined by '+', or "none".
@@ -63,6 +68,9 @@ public:
     // order ("dflash+oracle", "dflash+lookup", ...), or "" when not speculating.
     std::string kind() const;
     DaemonOptions::Lookup lookup() const { return opts_.lookup; }
+    // --draft-tree's budget (0: chain verify) and branches.
+    int32_t tree_budget() const { return opts_.draft_tree; }
+    int32_t tree_branches() const { return opts_.draft_tree_branches; }
 
     // The draft state as park reports it: "absent", "parked" or "ready".
     const char * draft_state() const;
