@@ -191,6 +191,41 @@ def test_rollback_after_a_tree_is_exact(
     assert ar.quit() == 0 and daemon.quit() == 0
 
 
+def test_park_sent_mid_tree_waits_for_the_generation_and_the_tree_runs_after(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    """``park`` read while tree steps run waits for the generation (PROTOCOL.md 9.3),
+    which ends whole and unchanged; the branch sequences are gone when the context is
+    freed, and after ``unpark`` the same request takes tree steps to the same tokens.
+    (Cancel mid-tree: test_dflash.py, test_cancel_mid_generation_with_a_draft[tree].)"""
+    daemon = spawn(
+        native.binary("qwen35"),
+        test_models["qwen35"],
+        f"--draft={test_models['dflash']}",
+        "--draft-tree=22",
+        "--draft-tree-branches=4",
+        "--n-ctx=2048",
+        ONE_THREAD,
+    )
+    daemon.ready()
+    line = "generate ids:9707,1879,11,358 96 ignore_eos=1"
+    expected, reply = daemon.stream_command(line)
+    assert int(daemon.ok(reply, "generate")["tree_steps"]) > 0
+    daemon.send(line)
+    first = daemon.read_value()  # it is running
+    daemon.send("park")
+    rest = daemon.read_stream()
+    reply = daemon.ok(daemon.readline(), "generate")
+    assert [first, *rest] == expected and reply["finish"] == "length"
+    assert int(reply["tree_steps"]) > 0
+    parked = daemon.ok(daemon.readline(), "park")
+    assert (parked["target"], parked["draft"]) == ("parked", "parked")
+    assert daemon.ok(daemon.command("unpark"), "unpark")["target"] == "ready"
+    tokens, reply = daemon.stream_command(line)
+    assert tokens == expected and int(daemon.ok(reply, "generate")["tree_steps"]) > 0
+    assert daemon.quit() == 0
+
+
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
