@@ -96,7 +96,10 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             candidates.resize(static_cast<size_t>(room));
             const TokenTree tree = TokenTree::build(candidates, session.opts.draft_tree, tree_width);
             if (tree.branches().size() > 1 && n + tree_step_cells(tree) <= n_ctx) {
-                const TreeStepResult step = verify_tree(ctx, batch, tree, last, n, picker, emitter, device_argmax);
+                const TreeStepResult step = [&] {
+                    const VerifyAttention attention(ctx, session.engine.verify_without_flash_attn);
+                    return verify_tree(ctx, batch, tree, last, n, picker, emitter, device_argmax);
+                }();
                 const auto kept = static_cast<int32_t>(step.committed.size());
                 live.decoded(step.committed.data(), step.committed.size(), step.first_row + kept - 1);
                 if (draft != nullptr) {
@@ -130,7 +133,10 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         for (int32_t i = 0; i + 1 < n_rows; ++i) {
             batch.add(proposals[static_cast<size_t>(i)], n + 1 + i, /*want_logits =*/true);
         }
-        const int32_t rc = llama_decode(ctx, batch.get());
+        const int32_t rc = [&] {
+            const VerifyAttention attention(ctx, session.engine.verify_without_flash_attn && n_rows > 1);
+            return llama_decode(ctx, batch.get());
+        }();
         if (rc != 0) {
             throw ProtocolError(ErrorCode::kDecodeFailed,
                                 "llama_decode failed during a verify step (code " + std::to_string(rc) + ")");

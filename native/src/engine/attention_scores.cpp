@@ -10,7 +10,7 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "wire/errors.h"
-// llama_context itself: the flash-attention switch (set_flash_attn below); llama_model's
+// llama_context itself: whether flash attention is on (get_cparams); llama_model's
 // hparams: which layers attend over a sliding window (AttentionTap::counts).
 #include "llama-context.h"
 #include "llama-model.h"
@@ -159,16 +159,10 @@ llama_context_ptr scoring_context(llama_model * model, uint32_t n_ctx, int32_t u
     return llama_context_ptr(llama_init_from_model(model, cparams));
 }
 
-// The engine decides flash attention once, when a context is made, and offers no
-// switch; its graph builder reads the flag on every graph it builds, and its non-flash
-// path reads a cache laid out for flash attention (V not transposed) correctly. So the
-// prompt is prefilled with flash attention and only the final micro-batch, the one the
-// tap reads, is built without it. (The pinned engine is fixed, so this private field
-// cannot move under us; tests/native compress tests check the scores are real.)
-void set_flash_attn(llama_context * ctx, bool on) {
-    const_cast<llama_cparams &>(ctx->get_cparams()).flash_attn = on;
-}
-
+// The prompt is prefilled with flash attention and only the final micro-batch, the one
+// the tap reads, is built without it (set_flash_attn, engine/engine.h). (The pinned
+// engine is fixed, so its private flag cannot move under us; tests/native compress
+// tests check the scores are real.)
 void decode_or_throw(llama_context * ctx, const Batch & batch, const char * what) {
     const int32_t rc = llama_decode(ctx, batch.get());
     if (rc != 0) {

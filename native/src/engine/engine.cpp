@@ -13,6 +13,8 @@
 // llama-ext.h (the engine's staging API) is the only way to ask which devices a loaded
 // model uses; besides this translation unit only engine/placement.cpp includes it.
 #include "llama-ext.h"
+// llama_context itself: the flash-attention switch (set_flash_attn).
+#include "llama-context.h"
 
 namespace lucerna {
 namespace {
@@ -32,6 +34,12 @@ void select_kernels(bool deterministic) {
         ::unsetenv(kBatchInvariantEnv);
     }
 }
+
+}  // namespace
+
+void set_flash_attn(llama_context * ctx, bool on) { const_cast<llama_cparams &>(ctx->get_cparams()).flash_attn = on; }
+
+namespace {
 
 std::string backend_of_device(ggml_backend_dev_t dev) {
     std::string name = ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev));
@@ -214,6 +222,9 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             // rows on the host (commands/decode_speculative.cpp).
             llama_set_output_argmax(loaded.context.get(), true);
             loaded.output_argmax = true;
+            loaded.verify_without_flash_attn = loaded.backend == "cpu" && opts.flash_attn == -1 &&
+                                               opts.parallel == 1 && !opts.deterministic &&
+                                               loaded.context->get_cparams().flash_attn;
         }
         if (!opts.placement.rpc_servers.empty()) {
             // The model's buffers and the context's backends now hold their connections.

@@ -76,6 +76,42 @@ struct LoadedModel {
     bool output_argmax = false;
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
     bool deterministic = false;  // --deterministic: batch-invariant kernels (select_kernels)
+    // A verify block decodes without flash attention (VerifyAttention). On the CPU its
+    // flash attention takes a batch of fewer than 64 rows one row at a time, each row
+    // reading and converting every key again, where the plain path multiplies all rows
+    // by the keys at once; a one-token step is faster with it. So: a CPU speculative
+    // daemon with --flash-attn=auto, one sequence, not --deterministic (whose verify rows
+    // must round as one-token steps do). Measured: docs/benchmarks.md, "Prompt lookup
+    // without flash attention in verify blocks".
+    bool verify_without_flash_attn = false;
+};
+
+// Turns the context's flash attention on or off for the graphs it builds from now on.
+// The engine decides it once, when a context is made, and offers no switch; its graph
+// builder reads the flag on every graph it builds, its non-flash path reads a cache laid
+// out for flash attention (V not transposed) correctly, and engine patch 0107 keeps it
+// from reusing a graph built with the other setting.
+void set_flash_attn(llama_context * ctx, bool on);
+
+// A verify decode's attention (LoadedModel::verify_without_flash_attn): off for the
+// scope when `active`, on again after.
+class VerifyAttention {
+public:
+    VerifyAttention(llama_context * ctx, bool active) : ctx_(active ? ctx : nullptr) {
+        if (ctx_ != nullptr) {
+            set_flash_attn(ctx_, false);
+        }
+    }
+    ~VerifyAttention() {
+        if (ctx_ != nullptr) {
+            set_flash_attn(ctx_, true);
+        }
+    }
+    VerifyAttention(const VerifyAttention &) = delete;
+    VerifyAttention & operator=(const VerifyAttention &) = delete;
+
+private:
+    llama_context * ctx_;
 };
 
 // Empties sequence `seq` of `ctx`. With one sequence (--parallel 1) that is the whole

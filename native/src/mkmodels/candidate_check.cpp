@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -10,27 +9,16 @@
 #include "engine/candidate_sampler.h"
 #include "engine/token_tree.h"
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "llama-cpp.h"
 
 namespace lucerna::mkmodels {
 namespace {
 
 constexpr int64_t kVocab = 248320;  // the Qwen3.6 vocabulary
 constexpr int64_t kRows = 15;       // a 16-token block's proposals
-
-struct GgmlContextFree {
-    void operator()(ggml_context * ctx) const { ggml_free(ctx); }
-};
-struct BackendFree {
-    void operator()(ggml_backend_t backend) const { ggml_backend_free(backend); }
-};
-struct BufferFree {
-    void operator()(ggml_backend_buffer_t buffer) const { ggml_backend_buffer_free(buffer); }
-};
-struct SamplerFree {
-    void operator()(llama_sampler * sampler) const { llama_sampler_free(sampler); }
-};
 
 // Row r: normal logits, with r + 1 tokens raised well above the rest (a draft's few
 // likely tokens), so the rows run from one clear winner to a flat top.
@@ -53,7 +41,7 @@ std::vector<float> seeded_logits() {
 }  // namespace
 
 CandidateCheck check_candidates(int32_t width, int32_t n_threads) {
-    std::unique_ptr<ggml_backend, BackendFree> backend(ggml_backend_init_best());
+    ggml_backend_ptr backend(ggml_backend_init_best());
     if (!backend) {
         throw std::runtime_error("cannot start a backend");
     }
@@ -63,10 +51,10 @@ CandidateCheck check_candidates(int32_t width, int32_t n_threads) {
     constexpr size_t kMaxNodes = 1024;
     ggml_init_params params = {ggml_tensor_overhead() * kMaxNodes + ggml_graph_overhead_custom(kMaxNodes, false),
                                nullptr, true};
-    std::unique_ptr<ggml_context, GgmlContextFree> ctx(ggml_init(params));
+    ggml_context_ptr ctx(ggml_init(params));
     ggml_tensor * logits = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, kVocab, kRows);
     ggml_cgraph * graph = ggml_new_graph_custom(ctx.get(), kMaxNodes, false);
-    std::unique_ptr<llama_sampler, SamplerFree> sampler(make_candidate_sampler(width));
+    llama_sampler_ptr sampler(make_candidate_sampler(width));
     std::vector<llama_sampler_data> rows;
     for (int64_t r = 0; r < kRows; ++r) {
         llama_sampler_data data{ggml_view_1d(ctx.get(), logits, kVocab, static_cast<size_t>(r) * logits->nb[1]),
@@ -76,7 +64,7 @@ CandidateCheck check_candidates(int32_t width, int32_t n_threads) {
         ggml_build_forward_expand(graph, data.candidates);
         rows.push_back(data);
     }
-    std::unique_ptr<ggml_backend_buffer, BufferFree> buffer(ggml_backend_alloc_ctx_tensors(ctx.get(), backend.get()));
+    ggml_backend_buffer_ptr buffer(ggml_backend_alloc_ctx_tensors(ctx.get(), backend.get()));
     if (!buffer) {
         throw std::runtime_error("cannot allocate the candidate check's tensors");
     }
