@@ -131,9 +131,7 @@ bool sampled_candidates(llama_context * ctx, int32_t idx, std::vector<TreeCandid
         // A probability that underflowed to 0 is still a candidate, the least likely.
         out.push_back({ids[i], std::log(std::max(probs[i], FLT_MIN))});
     }
-    std::sort(out.begin(), out.end(), [](const TreeCandidate & a, const TreeCandidate & b) {
-        return a.logprob != b.logprob ? a.logprob > b.logprob : a.token < b.token;
-    });
+    std::sort(out.begin(), out.end(), ranks_before);
     return true;
 }
 

@@ -9,20 +9,17 @@ namespace lucerna {
 void top_candidates(const float * logits, int32_t n_vocab, int32_t width, std::vector<TreeCandidate> & out) {
     const int32_t k = std::max(1, std::min(width, n_vocab));
     out.clear();
-    auto better = [](const TreeCandidate & a, const TreeCandidate & b) {
-        return a.logprob != b.logprob ? a.logprob > b.logprob : a.token < b.token;
-    };
     float max_logit = logits[0];
     for (int32_t id = 0; id < n_vocab; ++id) {
         max_logit = std::max(max_logit, logits[id]);
         const TreeCandidate here{id, logits[id]};
         if (static_cast<int32_t>(out.size()) < k) {
             out.push_back(here);
-            std::push_heap(out.begin(), out.end(), better);  // the worst kept on top
-        } else if (better(here, out.front())) {
-            std::pop_heap(out.begin(), out.end(), better);
+            std::push_heap(out.begin(), out.end(), ranks_before);  // the worst kept on top
+        } else if (ranks_before(here, out.front())) {
+            std::pop_heap(out.begin(), out.end(), ranks_before);
             out.back() = here;
-            std::push_heap(out.begin(), out.end(), better);
+            std::push_heap(out.begin(), out.end(), ranks_before);
         }
     }
     double sum = 0.0;
@@ -30,7 +27,7 @@ void top_candidates(const float * logits, int32_t n_vocab, int32_t width, std::v
         sum += std::exp(static_cast<double>(logits[id] - max_logit));
     }
     const auto log_z = static_cast<float>(static_cast<double>(max_logit) + std::log(sum));
-    std::sort_heap(out.begin(), out.end(), better);
+    std::sort_heap(out.begin(), out.end(), ranks_before);
     for (TreeCandidate & candidate : out) {
         candidate.logprob -= log_z;
     }

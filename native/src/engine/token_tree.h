@@ -22,6 +22,11 @@ struct TreeCandidate {
     float logprob = 0.0f;
 };
 
+// The order candidates are ranked in: the more likely first, ties to the lower id.
+inline bool ranks_before(const TreeCandidate & a, const TreeCandidate & b) {
+    return a.logprob != b.logprob ? a.logprob > b.logprob : a.token < b.token;
+}
+
 // The `width` most likely tokens of a logits row, best first (ties: the lower id), with
 // their log-probabilities under the row's softmax.
 void top_candidates(const float * logits, int32_t n_vocab, int32_t width, std::vector<TreeCandidate> & out);

@@ -89,9 +89,7 @@ CandidateCheck check_candidates(int32_t width, int32_t n_threads) {
         for (size_t i = 0; i < ids.size(); ++i) {
             got.push_back({ids[i], std::log(probs[i])});
         }
-        std::sort(got.begin(), got.end(), [](const TreeCandidate & a, const TreeCandidate & b) {
-            return a.logprob != b.logprob ? a.logprob > b.logprob : a.token < b.token;
-        });
+        std::sort(got.begin(), got.end(), ranks_before);
         bool equal = got.size() == want.size();
         for (size_t i = 0; equal && i < got.size(); ++i) {
             equal = got[i].token == want[i].token;
