@@ -20,27 +20,6 @@ constexpr int64_t kWeightCols = 576;
 // Batch sizes covering tile widths 1 to 4 and their remainders.
 constexpr int64_t kBatchRows[] = {2, 3, 4, 5, 7, 8, 13, 16};
 
-ggml_type type_named(const std::string & name) {
-    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
-        const auto type = static_cast<ggml_type>(t);
-        const char * type_name = ggml_type_name(type);
-        if (type_name != nullptr && name == type_name && ggml_blck_size(type) > 1) {
-            return type;
-        }
-    }
-    throw std::runtime_error("no quantized engine type is named '" + name + "' (e.g. q4_1, q4_0, q8_0)");
-}
-
-std::vector<float> seeded_floats(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> out(n);
-    for (auto & x : out) {
-        x = dist(rng);
-    }
-    return out;
-}
-
 struct GgmlContextFree {
     void operator()(ggml_context * ctx) const { ggml_free(ctx); }
 };
@@ -99,8 +78,29 @@ KernelCheck check_batch(ggml_type type, int64_t rows, ggml_backend_t backend) {
 
 }  // namespace
 
+ggml_type quantized_type_named(const std::string & name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const auto type = static_cast<ggml_type>(t);
+        const char * type_name = ggml_type_name(type);
+        if (type_name != nullptr && name == type_name && ggml_blck_size(type) > 1) {
+            return type;
+        }
+    }
+    throw std::runtime_error("no quantized engine type is named '" + name + "' (e.g. q4_1, q4_0, q8_0)");
+}
+
+std::vector<float> seeded_floats(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> out(n);
+    for (auto & x : out) {
+        x = dist(rng);
+    }
+    return out;
+}
+
 std::vector<KernelCheck> check_kernel(const std::string & type_name, int32_t n_threads) {
-    const ggml_type type = type_named(type_name);
+    const ggml_type type = quantized_type_named(type_name);
     std::unique_ptr<ggml_backend, BackendFree> backend(ggml_backend_cpu_init());
     if (!backend) {
         throw std::runtime_error("cannot start the CPU backend");

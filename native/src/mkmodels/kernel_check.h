@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "ggml.h"
+
 namespace lucerna::mkmodels {
 
 struct KernelCheck {
@@ -19,6 +21,13 @@ struct KernelCheck {
     double max_abs_diff = 0.0; // largest |batched - one row| over the outputs
     double max_abs = 0.0;      // largest |one row| output, the scale of the difference
 };
+
+// The quantized engine type named `name` (ggml_type_name: q4_1, q4_K, ...). Throws
+// std::runtime_error for a name the engine does not know or a type that is not quantized.
+ggml_type quantized_type_named(const std::string & name);
+
+// n floats from N(0, 1), the same for a seed on every machine.
+std::vector<float> seeded_floats(size_t n, uint32_t seed);
 
 // One result per batch size. Throws std::runtime_error for a type name the engine
 // does not know or cannot quantize.

@@ -6,6 +6,7 @@
 //   lucerna-mkmodels --probe FILE [--tokens N] [--threads N]
 //   lucerna-mkmodels --kernel-check TYPE [--threads N]
 //   lucerna-mkmodels --candidate-check WIDTH [--threads N]
+//   lucerna-mkmodels --gpu-matmul-check TYPE[,TYPE...] [--threads N]
 //   lucerna-mkmodels --list | --version
 //
 // --shape writes one full-size benchmark model (mkmodels/bench_shapes.h) instead of the
@@ -26,6 +27,12 @@
 // (mkmodels/candidate_check.h):
 //   candidate_check backend=<name> width=<w> rows=<n> rows_equal=<n> max_logprob_diff=<x>
 //
+// --gpu-matmul-check multiplies TYPE weights by 1..8 and 16 activation columns on the
+// first GPU, against the CPU backend, and times the 27B target's shapes
+// (mkmodels/gpu_matmul_check.h):
+//   gpu_matmul backend=<name> type=<t> k=<k> n=<n> cols=<c> nmse=<x> invariant=<0|1>
+//   gpu_matmul_time backend=<name> type=<t> k=<k> n=<n> cols=<c> us=<x> gbps=<x>
+//
 // Progress and engine logs go to stderr. With --verify, each written file is loaded
 // back from disk and (for generating models) greedily decoded in a real llama_context;
 // one line per model goes to stdout:
@@ -42,6 +49,7 @@
 #include "mkmodels/activation_probe.h"
 #include "mkmodels/bench_shapes.h"
 #include "mkmodels/candidate_check.h"
+#include "mkmodels/gpu_matmul_check.h"
 #include "mkmodels/kernel_check.h"
 #include "mkmodels/model_specs.h"
 #include "mkmodels/model_writer.h"
@@ -65,6 +73,7 @@ struct Options {
     std::string probe;                      // non-empty: --probe mode
     std::string kernel_check;               // non-empty: --kernel-check mode
     int32_t candidate_check = 0;            // > 0: --candidate-check mode, this width
+    std::vector<std::string> gpu_matmul;    // non-empty: --gpu-matmul-check mode, these types
     int32_t probe_tokens = 1024;
 };
 
@@ -77,6 +86,7 @@ void usage(FILE * to) {
                  "       lucerna-mkmodels --probe FILE [--tokens N] [--threads N]\n"
                  "       lucerna-mkmodels --kernel-check TYPE [--threads N]\n"
                  "       lucerna-mkmodels --candidate-check WIDTH [--threads N]\n"
+                 "       lucerna-mkmodels --gpu-matmul-check TYPE[,TYPE...] [--threads N]\n"
                  "       lucerna-mkmodels --list | --version\n");
 }
 
@@ -157,6 +167,9 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
         } else if (arg == "--kernel-check") {
             if (!need_value()) return exit_code = 2, false;
             opts.kernel_check = value;
+        } else if (arg == "--gpu-matmul-check") {
+            if (!need_value()) return exit_code = 2, false;
+            opts.gpu_matmul = split_commas(value);
         } else if (arg == "--candidate-check") {
             if (!need_value()) return exit_code = 2, false;
             char * end = nullptr;
@@ -215,7 +228,8 @@ bool parse_args(int argc, char ** argv, Options & opts, int & exit_code) {
             return exit_code = 2, false;
         }
     }
-    if (opts.out_dir.empty() && opts.probe.empty() && opts.kernel_check.empty() && opts.candidate_check == 0) {
+    if (opts.out_dir.empty() && opts.probe.empty() && opts.kernel_check.empty() && opts.candidate_check == 0 &&
+        opts.gpu_matmul.empty()) {
         std::fprintf(stderr, "lucerna-mkmodels: --out DIR is required\n");
         usage(stderr);
         return exit_code = 2, false;
@@ -280,6 +294,29 @@ int main(int argc, char ** argv) {
                         check.max_logprob_diff);
         } catch (const std::exception & err) {
             std::fprintf(stderr, "mkmodels: --candidate-check failed: %s\n", err.what());
+            status = 1;
+        }
+        llama_backend_free();
+        return status;
+    }
+
+    if (!opts.gpu_matmul.empty()) {
+        int status = 0;
+        try {
+            const int32_t threads = opts.shape.threads > 0 ? opts.shape.threads : 2;
+            const auto check = lucerna::mkmodels::check_gpu_matmul(opts.gpu_matmul, threads);
+            for (const auto & a : check.accuracy) {
+                std::printf("gpu_matmul backend=%s type=%s k=%lld n=%lld cols=%lld nmse=%.3g invariant=%d\n",
+                            check.backend.c_str(), a.type.c_str(), static_cast<long long>(a.k),
+                            static_cast<long long>(a.n), static_cast<long long>(a.cols), a.nmse, a.invariant ? 1 : 0);
+            }
+            for (const auto & t : check.timing) {
+                std::printf("gpu_matmul_time backend=%s type=%s k=%lld n=%lld cols=%lld us=%.2f gbps=%.1f\n",
+                            check.backend.c_str(), t.type.c_str(), static_cast<long long>(t.k),
+                            static_cast<long long>(t.n), static_cast<long long>(t.cols), t.us, t.gbps);
+            }
+        } catch (const std::exception & err) {
+            std::fprintf(stderr, "mkmodels: --gpu-matmul-check failed: %s\n", err.what());
             status = 1;
         }
         llama_backend_free();
