@@ -46,6 +46,9 @@ def test_the_keys_are_those_of_section_5_3() -> None:
         "acceptance_length",
         "draft_ms",
         "draft_model_bytes",
+        "state_kept_bytes",
+        "states_reused",
+        "states_page_locked",
         "bytes_host",
         "bytes_device",
     ]

@@ -264,3 +264,20 @@ def test_a_cut_never_leaves_a_sequence_without_logits(
     fields = d.ok(reply, "generate")
     assert (fields["n_gen"], fields["n_cached"], len(tokens)) == ("2", "1", 2)
     assert d.quit() == 0
+
+
+def test_a_new_conversation_keeps_its_checkpoint_in_memory_the_last_one_freed(
+        spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+    """engine/state_memory.h: a state's host memory, freed, is kept for the next state of
+    its size (a model's checkpoints all have one), so a request's checkpoint needs no
+    fresh pages; on the CPU it is plain memory, page-locked only for a GPU."""
+    d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
+              ONE_THREAD)
+    d.ready()
+    before = d.ok(d.command("stats"), "stats")
+    generate(d, conversation(40, 70), 4)  # a checkpoint at its prompt's end
+    generate(d, conversation(41, 70), 4)  # that one goes; this prompt's takes its block
+    after = d.ok(d.command("stats"), "stats")
+    assert int(after["states_reused"]) == int(before["states_reused"]) + 1, after
+    assert int(after["state_kept_bytes"]) == 0, after  # the one kept block is in use again
+    assert after["states_page_locked"] == "0", after

@@ -4,6 +4,7 @@
 #include "engine/placement.h"
 #include "engine/resident_set.h"
 #include "engine/rpc_server.h"
+#include "engine/state_memory.h"
 #include "wire/fd_io.h"
 #include "wire/msgpack_writer.h"
 
@@ -23,6 +24,7 @@ std::vector<StatField> stat_fields(const Session & session) {
     const Stats & st = session.stats;
     auto i = [](const char * key, int64_t v) { return StatField{key, v, 0.0, false}; };
     auto r = [](const char * key, double v) { return StatField{key, 0, v, true}; };
+    const StateMemoryStats memory = state_memory_stats();
     const double uptime_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - session.started).count();
     std::vector<StatField> fields = {
@@ -49,6 +51,10 @@ std::vector<StatField> stat_fields(const Session & session) {
         r("acceptance_length", session.spec.totals.acceptance_length()),
         r("draft_ms", session.spec.totals.draft_ms),
         i("draft_model_bytes", static_cast<int64_t>(session.spec.draft_model_bytes())),
+        // Host memory for states (engine/state_memory.h).
+        i("state_kept_bytes", static_cast<int64_t>(memory.kept_bytes)),
+        i("states_reused", static_cast<int64_t>(memory.reused)),
+        i("states_page_locked", static_cast<int64_t>(memory.page_locked)),
     };
     // Where the weights live: bytes_host, bytes_device, buft_<name>_bytes; a daemon's
     // own (engine/placement.h), or on the ds4 shard, which has no context, what its RPC

@@ -8,6 +8,7 @@
 #include "engine/dead_peer.h"
 #include "engine/gguf_probe.h"
 #include "engine/log.h"
+#include "engine/state_memory.h"
 #include "ggml-backend.h"
 #include "wire/errors.h"
 // llama-ext.h (the engine's staging API) is the only way to ask which devices a loaded
@@ -52,9 +53,11 @@ std::string backend_of_device(ggml_backend_dev_t dev) {
 
 // The ready line's backend: the first GPU-class device holding part of the model, or
 // cpu when no layers are offloaded (or the build has no GPU backend).
-std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
+// The first of the model's devices that is a GPU on this host (RPC devices are remote),
+// or null: the model runs on the CPU.
+ggml_backend_dev_t local_gpu_device(const llama_model * model, int32_t n_gpu_layers) {
     if (n_gpu_layers == 0) {
-        return "cpu";
+        return nullptr;
     }
     const int32_t n_devices = llama_model_n_devices(model);
     for (int32_t i = 0; i < n_devices; ++i) {
@@ -66,10 +69,15 @@ std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
         }
         const auto type = ggml_backend_dev_type(dev);
         if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
-            return backend_of_device(dev);
+            return dev;
         }
     }
-    return "cpu";
+    return nullptr;
+}
+
+std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
+    ggml_backend_dev_t gpu = local_gpu_device(model, n_gpu_layers);
+    return gpu != nullptr ? backend_of_device(gpu) : "cpu";
 }
 
 // Backends whose kernels the engine patches make batch-invariant under
@@ -161,6 +169,11 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
     }
     loaded.n_ctx_seq = loaded.n_ctx;
     loaded.backend = detect_backend(loaded.model.get(), opts.n_gpu_layers);
+    if (with_context) {
+        // Checkpoints and snapshots copy states out of the context's devices: page-locked
+        // host memory where that is a GPU (engine/state_memory.h).
+        use_state_memory_of(local_gpu_device(loaded.model.get(), opts.n_gpu_layers));
+    }
     if (opts.deterministic && with_context) {
         refuse_variant_kernels(loaded.backend);
     }

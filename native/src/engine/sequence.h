@@ -15,31 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/state_memory.h"
 #include "llama.h"
 
 namespace lucerna {
-
-// Leaves new elements uninitialized: a buffer the engine is about to fill with a
-// sequence state (a gigabyte for a 27B model at 12K tokens) needs no zeroing first.
-template <typename T>
-struct DefaultInitAllocator : std::allocator<T> {
-    template <typename U>
-    struct rebind {
-        using other = DefaultInitAllocator<U>;
-    };
-    using std::allocator<T>::allocator;
-    template <typename U>
-    void construct(U * p) noexcept {
-        ::new (static_cast<void *>(p)) U;
-    }
-    template <typename U, typename... Args>
-    void construct(U * p, Args &&... args) {
-        ::new (static_cast<void *>(p)) U(std::forward<Args>(args)...);
-    }
-};
-
-// An engine sequence state: bytes filled by llama_state_seq_get_data*.
-using StateBytes = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
 
 // The uncuttable part of the sequence's state after its first `n_tokens` tokens
 // (llama_state_seq_get_data_ext with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), and the logits

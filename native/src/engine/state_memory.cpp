@@ -1,0 +1,153 @@
+#include "engine/state_memory.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace lucerna {
+namespace {
+
+constexpr size_t kGranule = size_t(64) << 10;
+constexpr uint64_t kKeptBytes = uint64_t(512) << 20;
+// Page-locked memory cannot be swapped out: past this much in use, states take plain
+// memory (a 27B's 16 checkpoints on each of 8 sequences would otherwise lock 19 GB).
+constexpr uint64_t kLockedBytes = uint64_t(4) << 30;
+
+size_t rounded(size_t bytes) {
+    return (bytes + kGranule - 1) / kGranule * kGranule;
+}
+
+struct Block {
+    void * data = nullptr;
+    ggml_backend_buffer_t buffer = nullptr;     // null: malloc'd
+    ggml_backend_buffer_type_t type = nullptr;  // what it came from (null: malloc)
+    size_t locked = 0;                          // bytes of it page-locked
+};
+
+class StateMemory {
+public:
+    void use(ggml_backend_dev_t device) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const char * pageable = std::getenv("LUCERNA_PAGEABLE_STATES");
+        const bool lock_pages = device != nullptr && (pageable == nullptr || std::string(pageable) != "1");
+        ggml_backend_buffer_type_t type = lock_pages ? ggml_backend_dev_host_buffer_type(device) : nullptr;
+        if (type == type_) {
+            return;
+        }
+        // Kept blocks are of the old kind: freed, so that every kept block is of type_.
+        for (auto & [size, block] : kept_) {
+            free_block(block);
+        }
+        kept_.clear();
+        stats_.kept_bytes = 0;
+        type_ = type;
+    }
+
+    void * allocate(size_t bytes) {
+        const size_t size = rounded(bytes == 0 ? 1 : bytes);
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto kept = kept_.find(size);
+        if (kept != kept_.end()) {
+            const Block block = kept->second;
+            kept_.erase(kept);
+            stats_.kept_bytes -= size;
+            ++stats_.reused;
+            live_[block.data] = block;
+            return block.data;
+        }
+        Block block;
+        if (type_ != nullptr && locked_bytes_ + size <= kLockedBytes) {
+            block.type = type_;
+            block.buffer = ggml_backend_buft_alloc_buffer(type_, size);
+            if (block.buffer == nullptr) {
+                throw std::bad_alloc();
+            }
+            block.data = ggml_backend_buffer_get_base(block.buffer);
+            // The engine falls back to plain memory when the driver refuses to lock more.
+            if (ggml_backend_buffer_get_type(block.buffer) == type_) {
+                block.locked = size;
+                locked_bytes_ += size;
+                ++stats_.page_locked;
+            }
+        } else {
+            block.data = std::malloc(size);
+            if (block.data == nullptr) {
+                throw std::bad_alloc();
+            }
+        }
+        live_[block.data] = block;
+        return block.data;
+    }
+
+    void release(void * data, size_t bytes) noexcept {
+        if (data == nullptr) {
+            return;
+        }
+        const size_t size = rounded(bytes == 0 ? 1 : bytes);
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto live = live_.find(data);
+        if (live == live_.end()) {
+            return;  // not ours: cannot happen through StateAllocator
+        }
+        const Block block = live->second;
+        live_.erase(live);
+        // A block of another kind than type_ (allocated before use() changed it) is freed.
+        if (block.type == type_ && stats_.kept_bytes + size <= kKeptBytes) {
+            kept_.emplace(size, block);
+            stats_.kept_bytes += size;
+            return;
+        }
+        free_block(block);
+    }
+
+    StateMemoryStats stats() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return stats_;
+    }
+
+private:
+    void free_block(const Block & block) {
+        locked_bytes_ -= block.locked;
+        if (block.buffer != nullptr) {
+            ggml_backend_buffer_free(block.buffer);
+        } else {
+            std::free(block.data);
+        }
+    }
+
+    std::mutex mutex_;
+    ggml_backend_buffer_type_t type_ = nullptr;
+    std::multimap<size_t, Block> kept_;
+    std::unordered_map<void *, Block> live_;
+    StateMemoryStats stats_;
+    uint64_t locked_bytes_ = 0;  // of blocks live or kept
+};
+
+// Never destroyed: states still held when the process exits (a snapshot in a slot) must
+// not be freed after the GPU runtime has shut down.
+StateMemory & state_memory() {
+    static auto * memory = new StateMemory;
+    return *memory;
+}
+
+}  // namespace
+
+void use_state_memory_of(ggml_backend_dev_t device) {
+    state_memory().use(device);
+}
+
+void * state_allocate(size_t bytes) {
+    return state_memory().allocate(bytes);
+}
+
+void state_release(void * block, size_t bytes) noexcept {
+    state_memory().release(block, bytes);
+}
+
+StateMemoryStats state_memory_stats() {
+    return state_memory().stats();
+}
+
+}  // namespace lucerna

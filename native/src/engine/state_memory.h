@@ -1,0 +1,72 @@
+// Host memory for sequence states: checkpoints and snapshots (engine/sequence.h,
+// engine/snapshots.h), the bytes llama_state_seq_get_data* copies out of the context.
+//
+// A prompt's end copies the sequence's uncuttable state into a checkpoint, on the path
+// to its first token, and the front end's cache takes snapshots on it too. On the 27B
+// shape that state is about 150 MB of recurrent state. Into freshly allocated pageable
+// memory, a GPU's copy goes through the driver's staging buffer and faults in every page
+// of the destination: the H200 trace of a 32-token prefill showed 70-87 ms of host gaps
+// beside 51-58 ms of kernels (docs/benchmarks.md, "A small-batch K-quant kernel").
+// So the memory is page-locked where the model runs on a GPU (the device's host buffer
+// type: cudaMallocHost for CUDA; at most 4 GiB of it, plain memory beyond), and blocks
+// freed are kept, up to 512 MiB, for the next state of the same size (rounded up to
+// 64 KiB; a model's checkpoints all have one size).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "ggml-backend.h"
+
+namespace lucerna {
+
+// States allocated from now on are page-locked host memory of `device`'s host buffer
+// type; nullptr, or a device without one: plain memory. Set when a model loads.
+// LUCERNA_PAGEABLE_STATES=1 in the environment keeps them pageable (kept blocks are still
+// reused), to measure what page-locking buys (docs/benchmarks.md).
+void use_state_memory_of(ggml_backend_dev_t device);
+
+// Raw blocks for StateAllocator. state_allocate throws std::bad_alloc.
+void * state_allocate(size_t bytes);
+void state_release(void * block, size_t bytes) noexcept;
+
+// For `stats` (PROTOCOL.md 5.3).
+struct StateMemoryStats {
+    uint64_t kept_bytes = 0;   // freed blocks kept for reuse, now
+    uint64_t reused = 0;       // allocations served from kept blocks, since start
+    uint64_t page_locked = 0;  // allocations of new page-locked blocks, since start
+};
+StateMemoryStats state_memory_stats();
+
+// Leaves new elements uninitialized (a buffer the engine is about to fill with a state,
+// a gigabyte for a 27B model at 12K tokens, needs no zeroing) and takes its blocks from
+// state_allocate.
+template <typename T>
+struct StateAllocator {
+    using value_type = T;
+    StateAllocator() = default;
+    template <typename U>
+    StateAllocator(const StateAllocator<U> &) noexcept {}
+
+    T * allocate(size_t n) { return static_cast<T *>(state_allocate(n * sizeof(T))); }
+    void deallocate(T * p, size_t n) noexcept { state_release(p, n * sizeof(T)); }
+
+    template <typename U>
+    void construct(U * p) noexcept {
+        ::new (static_cast<void *>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U * p, Args &&... args) {
+        ::new (static_cast<void *>(p)) U(std::forward<Args>(args)...);
+    }
+    friend bool operator==(const StateAllocator &, const StateAllocator &) noexcept { return true; }
+    friend bool operator!=(const StateAllocator &, const StateAllocator &) noexcept { return false; }
+};
+
+// An engine sequence state: bytes filled by llama_state_seq_get_data*.
+using StateBytes = std::vector<uint8_t, StateAllocator<uint8_t>>;
+
+}  // namespace lucerna
