@@ -60,44 +60,12 @@ void compute(ggml_backend_t backend, ggml_cgraph * graph) {
     }
 }
 
-// W (type, k x n) times `cols` columns, batched and each column alone, on `backend`:
-// the batched product, then the columns' own products, column-major.
-std::pair<std::vector<float>, std::vector<float>> products(ggml_backend_t backend, ggml_type type, int64_t k,
-                                                           int64_t n, int64_t cols, const std::vector<uint8_t> & w,
-                                                           const std::vector<float> & x) {
-    ggml_context_ptr ctx = graph_context(static_cast<size_t>(2 * cols + 4));
-    ggml_tensor * weights = ggml_new_tensor_2d(ctx.get(), type, k, n);
-    ggml_tensor * acts = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F32, k, cols);
-    ggml_cgraph * graph = ggml_new_graph(ctx.get());
-    ggml_tensor * batched = ggml_mul_mat(ctx.get(), weights, acts);
-    ggml_build_forward_expand(graph, batched);
-    std::vector<ggml_tensor *> single;
-    for (int64_t c = 0; c < cols; ++c) {
-        ggml_tensor * column = ggml_view_2d(ctx.get(), acts, k, 1, acts->nb[1], static_cast<size_t>(c) * acts->nb[1]);
-        single.push_back(ggml_mul_mat(ctx.get(), weights, column));
-        ggml_build_forward_expand(graph, single.back());
-    }
-    ggml_backend_buffer_ptr buffer(ggml_backend_alloc_ctx_tensors(ctx.get(), backend));
-    if (!buffer) {
-        throw std::runtime_error("cannot allocate the matmul check's tensors");
-    }
-    ggml_backend_tensor_set(weights, w.data(), 0, w.size());
-    ggml_backend_tensor_set(acts, x.data(), 0, ggml_nbytes(acts));
-    compute(backend, graph);
-    std::vector<float> all(static_cast<size_t>(n * cols));
-    ggml_backend_tensor_get(batched, all.data(), 0, ggml_nbytes(batched));
-    std::vector<float> alone(all.size());
-    for (int64_t c = 0; c < cols; ++c) {
-        ggml_backend_tensor_get(single[static_cast<size_t>(c)], alone.data() + c * n, 0, static_cast<size_t>(n) * 4);
-    }
-    return {std::move(all), std::move(alone)};
-}
-
 GpuMatmulAccuracy accuracy(ggml_backend_t gpu, ggml_backend_t cpu, ggml_type type, int64_t k, int64_t cols) {
     const auto w = quantized_rows(type, k, kAccuracyRows, 11);
     const auto x = seeded_floats(static_cast<size_t>(k * cols), 12);
-    const auto [got, got_alone] = products(gpu, type, k, kAccuracyRows, cols, w, x);
-    const auto want = products(cpu, type, k, kAccuracyRows, cols, w, x).first;
+    const MatmulProducts on_gpu = batched_and_alone(gpu, type, k, kAccuracyRows, cols, w, x);
+    const std::vector<float> & got = on_gpu.batched;
+    const std::vector<float> want = batched_and_alone(cpu, type, k, kAccuracyRows, cols, w, x).batched;
     double err = 0.0;
     double norm = 0.0;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -106,7 +74,7 @@ GpuMatmulAccuracy accuracy(ggml_backend_t gpu, ggml_backend_t cpu, ggml_type typ
     }
     GpuMatmulAccuracy out{ggml_type_name(type), k, kAccuracyRows, cols};
     out.nmse = norm > 0.0 ? err / norm : err;
-    out.invariant = std::memcmp(got.data(), got_alone.data(), got.size() * sizeof(float)) == 0;
+    out.invariant = std::memcmp(got.data(), on_gpu.alone.data(), got.size() * sizeof(float)) == 0;
     return out;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-backend.h"
 #include "ggml.h"
 
 namespace lucerna::mkmodels {
@@ -25,6 +26,16 @@ struct KernelCheck {
 // The quantized engine type named `name` (ggml_type_name: q4_1, q4_K, ...). Throws
 // std::runtime_error for a name the engine does not know or a type that is not quantized.
 ggml_type quantized_type_named(const std::string & name);
+
+// Weights of `type` (n rows of k values, quantized `weights`) times the `cols` columns of
+// `x` (k floats each) on `backend`: in one product, and each column in its own product.
+// Both column-major, n values a column. Throws std::runtime_error when the graph fails.
+struct MatmulProducts {
+    std::vector<float> batched;
+    std::vector<float> alone;
+};
+MatmulProducts batched_and_alone(ggml_backend_t backend, ggml_type type, int64_t k, int64_t n, int64_t cols,
+                                 const std::vector<uint8_t> & weights, const std::vector<float> & x);
 
 // n floats from N(0, 1), the same for a seed on every machine.
 std::vector<float> seeded_floats(size_t n, uint32_t seed);
