@@ -51,8 +51,6 @@ std::string backend_of_device(ggml_backend_dev_t dev) {
     return name;
 }
 
-// The ready line's backend: the first GPU-class device holding part of the model, or
-// cpu when no layers are offloaded (or the build has no GPU backend).
 // The first of the model's devices that is a GPU on this host (RPC devices are remote),
 // or null: the model runs on the CPU.
 ggml_backend_dev_t local_gpu_device(const llama_model * model, int32_t n_gpu_layers) {
@@ -75,6 +73,8 @@ ggml_backend_dev_t local_gpu_device(const llama_model * model, int32_t n_gpu_lay
     return nullptr;
 }
 
+// The ready line's backend: the first GPU-class device holding part of the model, or
+// cpu when no layers are offloaded (or the build has no GPU backend).
 std::string detect_backend(const llama_model * model, int32_t n_gpu_layers) {
     ggml_backend_dev_t gpu = local_gpu_device(model, n_gpu_layers);
     return gpu != nullptr ? backend_of_device(gpu) : "cpu";

@@ -7,10 +7,13 @@
 // memory, a GPU's copy goes through the driver's staging buffer and faults in every page
 // of the destination: the H200 trace of a 32-token prefill showed 70-87 ms of host gaps
 // beside 51-58 ms of kernels (docs/benchmarks.md, "A small-batch K-quant kernel").
-// So the memory is page-locked where the model runs on a GPU (the device's host buffer
-// type: cudaMallocHost for CUDA; at most 4 GiB of it, plain memory beyond), and blocks
-// freed are kept, up to 512 MiB, for the next state of the same size (rounded up to
-// 64 KiB; a model's checkpoints all have one size).
+// So blocks freed are kept, up to 512 MiB, for the next state of the same size (rounded
+// up to 64 KiB; a model's checkpoints all have one size), and the memory is page-locked
+// where the model runs on a GPU (the device's host buffer type: cudaMallocHost for CUDA;
+// at most 4 GiB of it, plain memory beyond). Locking a new block costs about what the
+// page faults did (measured on the H200, docs/benchmarks.md, "States copied into
+// page-locked..."); a kept block is where it is meant to pay: its copy runs at the bus's
+// speed into pages already locked, which no same-run figure shows yet.
 #pragma once
 
 #include <cstddef>
