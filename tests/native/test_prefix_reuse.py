@@ -281,3 +281,23 @@ def test_a_new_conversation_keeps_its_checkpoint_in_memory_the_last_one_freed(
     assert int(after["states_reused"]) == int(before["states_reused"]) + 1, after
     assert int(after["state_kept_bytes"]) == 0, after  # the one kept block is in use again
     assert after["states_page_locked"] == "0", after
+
+
+def test_a_shorter_conversations_snapshot_takes_the_block_a_longer_one_freed(
+        spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+    """engine/state_memory.h: snapshots differ in size with their conversations' length
+    (the KV cells), so a kept block serves a state down to half its size."""
+    d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
+              ONE_THREAD)
+    d.ready()
+    generate(d, conversation(42, 90), 4)
+    longer = d.ok(d.command("snapshot 0"), "snapshot")
+    d.ok(d.command("free_snapshot 0"), "free_snapshot")
+    before = d.ok(d.command("stats"), "stats")
+    generate(d, conversation(43, 60), 4)  # its checkpoint takes the last one's block
+    shorter = d.ok(d.command("snapshot 1"), "snapshot")
+    after = d.ok(d.command("stats"), "stats")
+    assert int(shorter["bytes"]) < int(longer["bytes"]), (shorter, longer)
+    assert int(after["states_reused"]) == int(before["states_reused"]) + 2, after
+    assert int(after["state_kept_bytes"]) == 0, after
+    assert d.quit() == 0

@@ -34,8 +34,8 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
     LookupBudget budget;
     // Greedy without a grammar takes each row's argmax from the graph (engine/engine.cpp
     // turns it on for speculative daemons): ids only, no host scan. The same rule as the
-    // host's pick, on the same logits, so the same tokens.
-    const bool device_argmax = picker.argmax_only() && session.engine.output_argmax;
+    // host's pick, on the same logits, so the same tokens (TokenPicker::pick_row).
+    const bool context_argmax = session.engine.output_argmax;
     // A draft or the oracle fills every step's room, so their steps are full blocks until
     // the end of the request shrinks the room; there the batch keeps its `block` rows,
     // wherever the context has room: a shorter batch is a graph of a new shape, which the
@@ -68,8 +68,8 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             committed = live.tokens();
             committed.push_back(last);
         }
-        if (room > 0 && choice.lookup && budget.propose_now()) {
-            propose_from_context(committed, room, session.opts.lookup_min, proposals);
+        if (room > 0 && choice.lookup) {
+            propose_from_context(committed, budget.allowance(room), session.opts.lookup_min, proposals);
             looked_up = !proposals.empty();
         }
         candidates.clear();
@@ -98,7 +98,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             if (tree.branches().size() > 1 && n + tree_step_cells(tree) <= n_ctx) {
                 const TreeStepResult step = [&] {
                     const VerifyAttention attention(ctx, session.engine.verify_without_flash_attn);
-                    return verify_tree(ctx, batch, tree, last, n, picker, emitter, device_argmax);
+                    return verify_tree(ctx, batch, tree, last, n, picker, emitter, context_argmax);
                 }();
                 const auto kept = static_cast<int32_t>(step.committed.size());
                 live.decoded(step.committed.data(), step.committed.size(), step.first_row + kept - 1);
@@ -149,7 +149,7 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         bool more = true;
         while (true) {
             const float * logits = llama_get_logits_ith(ctx, row);
-            picked = device_argmax ? TokenPicker::pick_device_argmax(ctx, row) : picker.pick(logits);
+            picked = picker.pick_row(ctx, row, logits, context_argmax);
             more = emitter.emit(picked, logits);
             if (more && row < k && *picked == proposals[static_cast<size_t>(row)]) {
                 ++accepted;

@@ -369,7 +369,8 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
         } else {
             while (true) {
                 const float * logits = live.last_logits(ctx);
-                const std::optional<llama_token> picked = picker.pick(logits);
+                const std::optional<llama_token> picked =
+                    picker.pick_row(ctx, live.context_row(), logits, session.engine.output_argmax);
                 if (!emitter.emit(picked, logits)) {
                     break;
                 }

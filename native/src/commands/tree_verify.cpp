@@ -34,7 +34,7 @@ int32_t tree_step_cells(const TokenTree & tree) {
 }
 
 TreeStepResult verify_tree(llama_context * ctx, Batch & batch, const TokenTree & tree, llama_token last, llama_pos n,
-                           TokenPicker & picker, TokenEmitter & emitter, bool device_argmax) {
+                           TokenPicker & picker, TokenEmitter & emitter, bool context_argmax) {
     llama_memory_t memory = llama_get_memory(ctx);
     const auto & nodes = tree.nodes();
     const auto & branches = tree.branches();
@@ -67,8 +67,7 @@ TreeStepResult verify_tree(llama_context * ctx, Batch & batch, const TokenTree &
     while (true) {
         const int32_t row = branch * width + depth;
         const float * logits = llama_get_logits_ith(ctx, row);
-        const std::optional<llama_token> picked =
-            device_argmax ? TokenPicker::pick_device_argmax(ctx, row) : picker.pick(logits);
+        const std::optional<llama_token> picked = picker.pick_row(ctx, row, logits, context_argmax);
         result.more = emitter.emit(picked, logits);
         if (!result.more) {
             break;

@@ -45,8 +45,9 @@ int32_t tree_step_cells(const TokenTree & tree);
 // Decodes `tree` after the pending token `last` at position `n` of sequence 0. The
 // context must have tree.branches().size() sequences after sequence 0, and room for
 // tree_step_cells(tree) cells. Throws ProtocolError decode_failed; the branch sequences
-// are gone whatever happens.
+// are gone whatever happens. `context_argmax`: the context takes each row's argmax in its
+// graph (TokenPicker::pick_row).
 TreeStepResult verify_tree(llama_context * ctx, Batch & batch, const TokenTree & tree, llama_token last, llama_pos n,
-                           TokenPicker & picker, TokenEmitter & emitter, bool device_argmax);
+                           TokenPicker & picker, TokenEmitter & emitter, bool context_argmax);
 
 }  // namespace lucerna

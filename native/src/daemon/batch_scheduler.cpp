@@ -280,8 +280,8 @@ void BatchScheduler::propose(Running & r) {
         context = session_.lanes[static_cast<size_t>(r.lane())].tokens();
         context.push_back(r.pending);
     }
-    if (r.choice.lookup && r.lookup_budget.propose_now()) {
-        propose_from_context(context, r.room, session_.opts.lookup_min, r.proposals);
+    if (r.choice.lookup) {
+        propose_from_context(context, r.lookup_budget.allowance(r.room), session_.opts.lookup_min, r.proposals);
         r.looked_up = !r.proposals.empty();
     }
     // Lookup first; the draft where it found nothing, for every such sequence in one
@@ -358,7 +358,6 @@ bool BatchScheduler::verify(Running & r) {
     const auto k = static_cast<int32_t>(r.proposals.size());
     // Greedy without a grammar reads each row's argmax from the graph, as the solo
     // verify does (decode_speculative.cpp): the same rule on the same logits.
-    const bool device_argmax = r.picker->argmax_only() && session_.engine.output_argmax;
     // Row i holds the logits after the token at position n + i; its pick is committed,
     // and row i + 1 is only meaningful while that pick is the proposal there.
     int32_t i = 0;
@@ -367,7 +366,7 @@ bool BatchScheduler::verify(Running & r) {
     std::optional<llama_token> picked;
     while (true) {
         const float * logits = llama_get_logits_ith(ctx, r.row + i);
-        picked = device_argmax ? TokenPicker::pick_device_argmax(ctx, r.row + i) : r.picker->pick(logits);
+        picked = r.picker->pick_row(ctx, r.row + i, logits, session_.engine.output_argmax);
         more = r.emitter->emit(picked, logits);
         if (more && i < k && *picked == r.proposals[static_cast<size_t>(i)]) {
             ++accepted;
@@ -567,7 +566,8 @@ std::vector<std::string> BatchScheduler::step() {
             LiveSequence & live = session_.lanes[static_cast<size_t>(r->lane())];
             try {
                 const float * logits = live.last_logits(ctx);
-                const std::optional<llama_token> picked = r->picker->pick(logits);
+                const std::optional<llama_token> picked =
+                    r->picker->pick_row(ctx, live.context_row(), logits, session_.engine.output_argmax);
                 if (!r->emitter->emit(picked, logits)) {
                     done.push_back(finish(*r));
                     continue;

@@ -229,12 +229,17 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             throw ProtocolError(ErrorCode::kContextFailed, "the engine could not create a context with n_ctx=" +
                                                                std::to_string(loaded.n_ctx));
         }
-        if (opts.speculative()) {
-            // Greedy verify reads each row's pick as an id computed beside the logits, one
-            // kernel over all rows, instead of scanning up to a block of vocabulary-wide
-            // rows on the host (commands/decode_speculative.cpp).
+        if (opts.speculative() || loaded.backend != "cpu") {
+            // Greedy picks read each row's argmax as an id computed beside the logits, one
+            // kernel over all rows, instead of scanning vocabulary-wide rows on the host:
+            // up to a block of them in a verify (commands/decode_speculative.cpp), one per
+            // sequence in a step of several (daemon/batch_scheduler.cpp). On the CPU the
+            // kernel would take the engine's own threads for the same scan, so a plain
+            // CPU daemon scans on the host.
             llama_set_output_argmax(loaded.context.get(), true);
             loaded.output_argmax = true;
+        }
+        if (opts.speculative()) {
             loaded.verify_without_flash_attn = loaded.backend == "cpu" && opts.flash_attn == -1 &&
                                                opts.parallel == 1 && !opts.deterministic &&
                                                loaded.context->get_cparams().flash_attn;

@@ -72,7 +72,8 @@ struct LoadedModel {
     // before the engine rounds the context up, so batches never outgrow n_batch.
     int32_t n_chunk = 0;
     // Each decode also takes every logits row's argmax in the graph (engine patch 0104,
-    // llama_get_argmax_ith): on for speculative daemons, whose greedy verify reads ids.
+    // llama_get_argmax_ith): on for speculative daemons, whose greedy verify reads ids,
+    // and wherever the weights run on a GPU (TokenPicker::pick_row).
     bool output_argmax = false;
     std::string backend;      // cpu, cuda, hip: what the loaded weights actually run on
     bool deterministic = false;  // --deterministic: batch-invariant kernels (select_kernels)

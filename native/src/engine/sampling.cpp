@@ -79,6 +79,14 @@ llama_token TokenPicker::pick_device_argmax(llama_context * ctx, int32_t row) {
     return id;
 }
 
+std::optional<llama_token> TokenPicker::pick_row(llama_context * ctx, int32_t row, const float * logits,
+                                                 bool context_argmax) {
+    if (context_argmax && row >= 0 && argmax_only()) {
+        return pick_device_argmax(ctx, row);
+    }
+    return pick(logits);
+}
+
 void TokenPicker::accept_prompt(const std::vector<int32_t> & prompt) {
     if (!chain_) {
         return;

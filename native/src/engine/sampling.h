@@ -38,15 +38,21 @@ public:
     std::optional<llama_token> pick(const float * logits);
 
     // Greedy with no grammar: a pick is the argmax of the row alone, which the engine can
-    // take on the device (pick_device_argmax), and there is no state to advance.
+    // take on the device (pick_row), and there is no state to advance.
     bool argmax_only() const { return !chain_ && grammar_ == nullptr; }
 
+    // The pick for output row `row` of the context's last decode, whose logits are
+    // `logits`: the graph's argmax of the row where the context takes it
+    // (`context_argmax`, llama_set_output_argmax), the row is the context's (`row` >= 0)
+    // and argmax_only() holds; pick() otherwise. Same token either way.
+    std::optional<llama_token> pick_row(llama_context * ctx, int32_t row, const float * logits,
+                                        bool context_argmax);
+
+private:
     // argmax_only's pick of output row `row` of the last decode of a context that takes
     // the argmax in its graph (llama_set_output_argmax): the same rule as pick(), the
     // first largest logit, and the same error for a row holding a NaN (-1 from the engine).
     static llama_token pick_device_argmax(llama_context * ctx, int32_t row);
-
-private:
     // Every token's logit, in id order, as the candidate array the samplers work on.
     llama_token_data_array fill_candidates(const float * logits);
     // The unconstrained choice: argmax when greedy, else a draw through the chain.

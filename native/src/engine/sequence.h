@@ -107,6 +107,10 @@ public:
     // checkpoint's logits, until the next decode.
     bool has_logits() const { return !tokens_.empty() && logits_known_; }
 
+    // The output row of the context's last decode that holds the last position's logits;
+    // -1 when they are not known or came from a snapshot (restored_logits_).
+    int32_t context_row() const { return has_logits() && restored_logits_.empty() ? logits_row_ : -1; }
+
     // Logits of the last position; nullptr when they are not known (has_logits).
     const float * last_logits(llama_context * ctx) const {
         if (!has_logits()) {

@@ -11,6 +11,11 @@ namespace {
 
 constexpr size_t kGranule = size_t(64) << 10;
 constexpr uint64_t kKeptBytes = uint64_t(512) << 20;
+// A kept block serves a state up to this many times smaller: a snapshot holds the
+// recurrent state (the same size for every sequence) and the conversation's KV cells
+// (64 KiB a token on the 27B shape), so two conversations' snapshots differ in size and
+// an exact fit would leave every snapshot to a fresh block.
+constexpr size_t kFitSlack = 2;  // a block of `size` serves states of size/2 .. size
 // Page-locked memory cannot be swapped out: past this much in use, states take plain
 // memory (a 27B's 16 checkpoints on each of 8 sequences would otherwise lock 19 GB).
 constexpr uint64_t kLockedBytes = uint64_t(4) << 30;
@@ -21,6 +26,7 @@ size_t rounded(size_t bytes) {
 
 struct Block {
     void * data = nullptr;
+    size_t size = 0;                            // bytes, a multiple of kGranule
     ggml_backend_buffer_t buffer = nullptr;     // null: malloc'd
     ggml_backend_buffer_type_t type = nullptr;  // what it came from (null: malloc)
     size_t locked = 0;                          // bytes of it page-locked
@@ -48,16 +54,18 @@ public:
     void * allocate(size_t bytes) {
         const size_t size = rounded(bytes == 0 ? 1 : bytes);
         std::lock_guard<std::mutex> lock(mutex_);
-        const auto kept = kept_.find(size);
-        if (kept != kept_.end()) {
+        // The smallest kept block that holds `size`, if it is not too large for it.
+        const auto kept = kept_.lower_bound(size);
+        if (kept != kept_.end() && kept->first / kFitSlack <= size) {
             const Block block = kept->second;
             kept_.erase(kept);
-            stats_.kept_bytes -= size;
+            stats_.kept_bytes -= block.size;
             ++stats_.reused;
             live_[block.data] = block;
             return block.data;
         }
         Block block;
+        block.size = size;
         if (type_ != nullptr && locked_bytes_ + size <= kLockedBytes) {
             block.type = type_;
             block.buffer = ggml_backend_buft_alloc_buffer(type_, size);
@@ -81,11 +89,10 @@ public:
         return block.data;
     }
 
-    void release(void * data, size_t bytes) noexcept {
+    void release(void * data) noexcept {
         if (data == nullptr) {
             return;
         }
-        const size_t size = rounded(bytes == 0 ? 1 : bytes);
         std::lock_guard<std::mutex> lock(mutex_);
         const auto live = live_.find(data);
         if (live == live_.end()) {
@@ -94,9 +101,9 @@ public:
         const Block block = live->second;
         live_.erase(live);
         // A block of another kind than type_ (allocated before use() changed it) is freed.
-        if (block.type == type_ && stats_.kept_bytes + size <= kKeptBytes) {
-            kept_.emplace(size, block);
-            stats_.kept_bytes += size;
+        if (block.type == type_ && stats_.kept_bytes + block.size <= kKeptBytes) {
+            kept_.emplace(block.size, block);
+            stats_.kept_bytes += block.size;
             return;
         }
         free_block(block);
@@ -142,8 +149,8 @@ void * state_allocate(size_t bytes) {
     return state_memory().allocate(bytes);
 }
 
-void state_release(void * block, size_t bytes) noexcept {
-    state_memory().release(block, bytes);
+void state_release(void * block) noexcept {
+    state_memory().release(block);
 }
 
 StateMemoryStats state_memory_stats() {

@@ -7,8 +7,9 @@
 // memory, a GPU's copy goes through the driver's staging buffer and faults in every page
 // of the destination: the H200 trace of a 32-token prefill showed 70-87 ms of host gaps
 // beside 51-58 ms of kernels (docs/benchmarks.md, "A small-batch K-quant kernel").
-// So blocks freed are kept, up to 512 MiB, for the next state of the same size (rounded
-// up to 64 KiB; a model's checkpoints all have one size), and the memory is page-locked
+// So blocks freed are kept, up to 512 MiB, for the next state that fits (rounded up to
+// 64 KiB; a model's checkpoints all have one size, and a block serves a snapshot down to
+// half its size, as conversations differ in length), and the memory is page-locked
 // where the model runs on a GPU (the device's host buffer type: cudaMallocHost for CUDA;
 // at most 4 GiB of it, plain memory beyond). Locking a new block costs about what the
 // page faults did (measured on the H200, docs/benchmarks.md, "States copied into
@@ -34,7 +35,7 @@ void use_state_memory_of(ggml_backend_dev_t device);
 
 // Raw blocks for StateAllocator. state_allocate throws std::bad_alloc.
 void * state_allocate(size_t bytes);
-void state_release(void * block, size_t bytes) noexcept;
+void state_release(void * block) noexcept;
 
 // For `stats` (PROTOCOL.md 5.3).
 struct StateMemoryStats {
@@ -55,7 +56,7 @@ struct StateAllocator {
     StateAllocator(const StateAllocator<U> &) noexcept {}
 
     T * allocate(size_t n) { return static_cast<T *>(state_allocate(n * sizeof(T))); }
-    void deallocate(T * p, size_t n) noexcept { state_release(p, n * sizeof(T)); }
+    void deallocate(T * p, size_t) noexcept { state_release(p); }
 
     template <typename U>
     void construct(U * p) noexcept {
