@@ -49,7 +49,6 @@ def test_the_keys_are_those_of_section_5_3() -> None:
         "state_kept_bytes",
         "states_reused",
         "states_page_locked",
-        "state_spares",
         "bytes_host",
         "bytes_device",
     ]

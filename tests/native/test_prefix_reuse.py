@@ -22,7 +22,6 @@ import pytest
 EXACT = ("--kv-type=f32", "--flash-attn=off", "--deterministic=on")
 ONE_THREAD = "--threads=1"
 ROLE = {"qwen3": "qwen35", "qwen35": "qwen35", "laguna": "laguna"}
-NO_SPARES = {"LUCERNA_STATE_SPARES": "0"}
 
 
 def ids(tokens: list[int]) -> str:
@@ -271,10 +270,9 @@ def test_a_new_conversation_keeps_its_checkpoint_in_memory_the_last_one_freed(
         spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
     """engine/state_memory.h: a state's host memory, freed, is kept for the next state of
     its size (a model's checkpoints all have one), so a request's checkpoint needs no
-    fresh pages; on the CPU it is plain memory, page-locked only for a GPU. (Without
-    spares, which would otherwise race these counts: the next test.)"""
+    fresh pages; on the CPU it is plain memory, page-locked only for a GPU."""
     d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
-              ONE_THREAD, env=NO_SPARES)
+              ONE_THREAD)
     d.ready()
     before = d.ok(d.command("stats"), "stats")
     generate(d, conversation(40, 70), 4)  # a checkpoint at its prompt's end
@@ -290,7 +288,7 @@ def test_a_shorter_conversations_snapshot_takes_the_block_a_longer_one_freed(
     """engine/state_memory.h: snapshots differ in size with their conversations' length
     (the KV cells), so a kept block serves a state down to half its size."""
     d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
-              ONE_THREAD, env=NO_SPARES)
+              ONE_THREAD)
     d.ready()
     generate(d, conversation(42, 90), 4)
     longer = d.ok(d.command("snapshot 0"), "snapshot")
@@ -302,37 +300,4 @@ def test_a_shorter_conversations_snapshot_takes_the_block_a_longer_one_freed(
     assert int(shorter["bytes"]) < int(longer["bytes"]), (shorter, longer)
     assert int(after["states_reused"]) == int(before["states_reused"]) + 2, after
     assert int(after["state_kept_bytes"]) == 0, after
-    assert d.quit() == 0
-
-
-def stats_once_spares_are(daemon: Any, spares: int, timeout: float = 30.0) -> dict[str, str]:
-    """``stats`` once ``state_spares`` reached ``spares`` (a thread makes them)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = daemon.ok(daemon.command("stats"), "stats")
-        if int(stats["state_spares"]) >= spares or time.monotonic() > deadline:
-            return stats
-        time.sleep(0.02)
-
-
-def test_a_conversations_second_checkpoint_takes_the_spare_its_first_left(
-        spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
-    """engine/state_memory.cpp: a state that leaves no kept block for the next of its
-    size has one made ahead of need, so a conversation's next turn, whose checkpoint
-    joins the first (both are kept), finds its block ready instead of faulting in (or,
-    on a GPU, page-locking) a new one on the way to its first token."""
-    d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
-              ONE_THREAD)
-    d.ready()
-    prompt = conversation(44, 70)
-    reply, _ = generate(d, prompt, 4)
-    before = stats_once_spares_are(d, 1)
-    assert before["state_spares"] == "1" and int(before["state_kept_bytes"]) > 0, before
-    _, fields = generate(d, [*prompt, *reply, *conversation(45, 30)], 4)
-    assert int(fields["n_cached"]) >= len(prompt), fields  # the same conversation, continued
-    after = stats_once_spares_are(d, 2)
-    assert int(after["states_reused"]) == int(before["states_reused"]) + 1, after
-    # The second checkpoint took the spare, and left none: another was made.
-    assert after["state_spares"] == "2" and int(after["state_kept_bytes"]) > 0, after
-    assert after["states_page_locked"] == "0", after
     assert d.quit() == 0

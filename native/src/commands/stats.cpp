@@ -55,7 +55,6 @@ std::vector<StatField> stat_fields(const Session & session) {
         i("state_kept_bytes", static_cast<int64_t>(memory.kept_bytes)),
         i("states_reused", static_cast<int64_t>(memory.reused)),
         i("states_page_locked", static_cast<int64_t>(memory.page_locked)),
-        i("state_spares", static_cast<int64_t>(memory.spares)),
     };
     // Where the weights live: bytes_host, bytes_device, buft_<name>_bytes; a daemon's
     // own (engine/placement.h), or on the ds4 shard, which has no context, what its RPC

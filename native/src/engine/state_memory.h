@@ -14,9 +14,7 @@
 // at most 4 GiB of it, plain memory beyond). Locking a new block costs about what the
 // page faults did (measured on the H200, docs/benchmarks.md, "States copied into
 // page-locked..."); a kept block is where it is meant to pay: its copy runs at the bus's
-// speed into pages already locked. A state that finds none still pays for a new block on
-// its request's path, so a thread makes one ahead of need whenever a state leaves no
-// block for the next of its size (a spare: state_memory.cpp, want_spare).
+// speed into pages already locked, which no same-run figure shows yet.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +30,7 @@ namespace lucerna {
 // States allocated from now on are page-locked host memory of `device`'s host buffer
 // type; nullptr, or a device without one: plain memory. Set when a model loads.
 // LUCERNA_PAGEABLE_STATES=1 in the environment keeps them pageable (kept blocks are still
-// reused), to measure what page-locking buys (docs/benchmarks.md); LUCERNA_STATE_SPARES=0
-// makes no spares (state_memory.cpp, want_spare), to measure what they buy.
+// reused), to measure what page-locking buys (docs/benchmarks.md).
 void use_state_memory_of(ggml_backend_dev_t device);
 
 // Raw blocks for StateAllocator. state_allocate throws std::bad_alloc.
@@ -45,7 +42,6 @@ struct StateMemoryStats {
     uint64_t kept_bytes = 0;   // freed blocks kept for reuse, now
     uint64_t reused = 0;       // allocations served from kept blocks, since start
     uint64_t page_locked = 0;  // allocations of new page-locked blocks, since start
-    uint64_t spares = 0;       // blocks made ahead of need and kept, since start
 };
 StateMemoryStats state_memory_stats();
 
