@@ -119,11 +119,6 @@ def test_lookup_modes_and_bounds() -> None:
     row = sources.doc_flag_row("--lookup-min")
     assert int(row[1]) == int(engine["kDefaultLookupMin"])
     assert re.findall(r"`1\.\.(\d+)`", row[2]) == [engine["kMaxLookupMatch"]]
-    # Section 5.9's rule for how many tokens a step proposes.
-    rule = " ".join(sources.doc_section("5.9").split())
-    assert (f"A generation's first step proposes up to {engine['kFirstLookupLength']} tokens"
-            in rule), rule
-    assert f"up to `a + 1` (at least {engine['kMinLookupLength']})" in rule, rule
 
 
 def test_tree_verify_bounds() -> None:

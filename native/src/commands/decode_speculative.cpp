@@ -68,8 +68,8 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
             committed = live.tokens();
             committed.push_back(last);
         }
-        if (room > 0 && choice.lookup) {
-            propose_from_context(committed, budget.allowance(room), session.opts.lookup_min, proposals);
+        if (room > 0 && choice.lookup && budget.propose_now()) {
+            propose_from_context(committed, room, session.opts.lookup_min, proposals);
             looked_up = !proposals.empty();
         }
         candidates.clear();

@@ -280,8 +280,8 @@ void BatchScheduler::propose(Running & r) {
         context = session_.lanes[static_cast<size_t>(r.lane())].tokens();
         context.push_back(r.pending);
     }
-    if (r.choice.lookup) {
-        propose_from_context(context, r.lookup_budget.allowance(r.room), session_.opts.lookup_min, r.proposals);
+    if (r.choice.lookup && r.lookup_budget.propose_now()) {
+        propose_from_context(context, r.room, session_.opts.lookup_min, r.proposals);
         r.looked_up = !r.proposals.empty();
     }
     // Lookup first; the draft where it found nothing, for every such sequence in one

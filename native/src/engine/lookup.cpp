@@ -53,21 +53,18 @@ void propose_from_context(const std::vector<int32_t> & context, int32_t n_draft,
     }
 }
 
-int32_t LookupBudget::allowance(int32_t room) {
+bool LookupBudget::propose_now() {
     if (skip_ > 0) {
         --skip_;
-        return 0;
+        return false;
     }
-    return std::min(room, length_);
+    return true;
 }
 
 void LookupBudget::update(int32_t proposed, int32_t accepted) {
     if (proposed <= 0) {
         return;
     }
-    // length_ may pass the block: the room caps it, and a step of fewer proposals than
-    // length_ (the end of the request near) that were all accepted says nothing new.
-    length_ = accepted == proposed ? std::max(length_, 2 * proposed) : std::max(kMinLookupLength, accepted + 1);
     if (2 * accepted >= proposed) {
         misses_ = 0;
         return;

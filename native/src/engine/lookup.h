@@ -10,22 +10,12 @@
 // asked for (continued by themselves past the context's end). Nothing matches: no proposals, and the step decodes the last token alone, as
 // autoregressive decoding does.
 //
-// When it proposes, and how many, adapts to how the last steps went (LookupBudget). A
-// verify step costs more than a one-token step, and on CPU each of its rows adds about
-// 0.4 of one (a 16-row verify of the default model at 1,500 tokens of context costs
-// about seven, docs/benchmarks.md), so a row proposed past where the target parts from
-// the copy is paid for nothing:
-// - how many: a generation's first step proposes kFirstLookupLength tokens; a step
-//   whose proposals were all accepted doubles that, one that parted after `a` of them
-//   proposes a + 1 next (at least kMinLookupLength). A file being copied keeps matching
-//   and the steps grow to the block; an edit's first step after a change stays short.
-// - when: on text that does not repeat its context (prose) most matches are short-lived,
-//   so after a step that accepted less than half of its proposals the next steps decode
-//   alone, twice as many after each such step in a row (up to kMaxBackoff), and a step
-//   that accepted at least half ends the back-off.
-// Both were chosen by replaying the greedy transcripts of docs/benchmarks.md's edit and
-// prose workloads against that cost ("Prompt lookup: proposals as long as the copy
-// runs").
+// When it proposes adapts to how the last steps went (LookupBudget). A verify step costs
+// more than a one-token step (on CPU a 16-row verify of the default model about eight
+// of them, docs/benchmarks.md), and on text that does not repeat its context (prose)
+// most matches are short-lived, so after a step that accepted less than half of its
+// proposals the next steps decode alone, twice as many after each such step in a row
+// (up to kMaxBackoff), and a step that accepted at least half ends the back-off.
 #pragma once
 
 #include <cstdint>
@@ -35,13 +25,10 @@ namespace lucerna {
 
 // The longest match told apart from a shorter one, and the default shortest that
 // proposes (--lookup-min). A few tokens match all over ordinary text, and a failed
-// verify step costs several one-token steps: with the proposals' length adapting (above),
-// 4 was the best of 3 to 8 for the edit and prose workloads of docs/benchmarks.md
-// ("Prompt lookup"), replayed offline (6 before the length adapted).
+// verify step costs several one-token steps: 6 was the best of 2, 4, 6 and 8 for the
+// edit and prose workloads of docs/benchmarks.md ("Prompt lookup"), replayed offline.
 constexpr int32_t kMaxLookupMatch = 32;
-constexpr int32_t kDefaultLookupMin = 4;
-constexpr int32_t kFirstLookupLength = 8;
-constexpr int32_t kMinLookupLength = 2;
+constexpr int32_t kDefaultLookupMin = 6;
 
 // Up to `n_draft` proposals for the positions after `context` (every committed token,
 // the not yet decoded last one included), from a match of at least `min_match` tokens;
@@ -52,9 +39,8 @@ void propose_from_context(const std::vector<int32_t> & context, int32_t n_draft,
 // The back-off of one generation.
 class LookupBudget {
 public:
-    // How many tokens this step may propose, at most `room`: 0 while backing off.
-    // Counts the step.
-    int32_t allowance(int32_t room);
+    // Whether this step may propose; counts the step.
+    bool propose_now();
     // A verify step proposed `proposed` tokens and the target accepted `accepted`.
     void update(int32_t proposed, int32_t accepted);
 
@@ -62,7 +48,6 @@ private:
     static constexpr int32_t kMaxBackoff = 32;
     int32_t misses_ = 0;  // steps in a row that accepted less than half
     int32_t skip_ = 0;    // steps still to decode without proposals
-    int32_t length_ = kFirstLookupLength;  // proposals the next step may make
 };
 
 }  // namespace lucerna
