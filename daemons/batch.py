@@ -65,6 +65,8 @@ class SequenceStream:
         scoring = isinstance(command, Generate) and command.prompt_logprobs
         self._prompt_wanted = max(0, n_prompt - 1) if scoring else 0
         self._send, self._receive = trio.open_memory_channel[tuple[int, ...]](math.inf)
+        # The end record and the done line come on two fds, read by two tasks: either may
+        # be read first, and the sequence has ended once both were (PROTOCOL.md 7, 9.2).
         self._ended = trio.Event()  # the end record was read
         self._finished = trio.Event()  # the done line was read
         self._failure: BaseException | None = None
@@ -75,8 +77,9 @@ class SequenceStream:
 
     @property
     def done(self) -> bool:
-        """The done line has been read: the sequence is free for the next generation."""
-        return self._finished.is_set()
+        """Its end record and its done line have been read: the sequence is free for the
+        next generation."""
+        return self._finished.is_set() and self._ended.is_set()
 
     def __aiter__(self) -> SequenceStream:
         return self
@@ -129,13 +132,13 @@ class SequenceStream:
         self._send.close()
 
     def _done(self, reply: OkReply | ErrReply) -> None:
+        # Its last records may still be unread on the stream fd: the channel stays open
+        # until the end record closes it.
         if isinstance(reply, ErrReply):
             self._failure = self._client._refusal(reply.code, reply.detail)
         else:
             self.summary = GenerateSummary.from_reply(reply)
         self._finished.set()
-        if not self._ended.is_set():
-            self._end()  # cannot happen with a conforming daemon: end record first
 
     def _fail(self, error: BaseException) -> None:
         self._failure = error
@@ -276,8 +279,10 @@ class BatchClient:
                 return
             try:
                 with trio.fail_after(CANCEL_DRAIN_S):
-                    await self.cancel(stream.seq)
+                    if not stream._finished.is_set():
+                        await self.cancel(stream.seq)
                     await stream._finished.wait()
+                    await stream._ended.wait()
             except (trio.TooSlowError, DaemonDiedError, DaemonReplyError, trio.BrokenResourceError,
                     trio.ClosedResourceError):
                 log.error("%s daemon pid %d did not stop sequence %d; killing it",
@@ -291,11 +296,12 @@ class BatchClient:
             line = await self.daemon.receive_line()
             parsed = parse_daemon_line(line)
             if isinstance(parsed, DoneLine):
-                stream = self._sequences.pop(parsed.seq, None)
-                if stream is None:
+                stream = self._sequences.get(parsed.seq)
+                if stream is None or stream._finished.is_set():
                     log.warning("done line for sequence %d, which runs nothing here", parsed.seq)
                 else:
                     stream._done(parsed.reply)
+                    self._release_if_ended(stream)
                 continue
             if not self._replies:
                 log.warning("a reply nobody waits for: %s", line[:200])
@@ -307,7 +313,9 @@ class BatchClient:
                     and command.seq is not None):
                 refused = self._sequences.pop(command.seq, None)  # it never ran
                 if refused is not None:
-                    refused._done(parsed)  # ends it for one that stopped waiting (_abandon)
+                    # Ends it for one that stopped waiting (_abandon): no record comes.
+                    refused._done(parsed)
+                    refused._end()
             pending.event.set()
 
     async def _read_stream(self) -> None:
@@ -316,12 +324,18 @@ class BatchClient:
             data = await self.daemon.receive_stream()
             for item in reader.feed(data):
                 stream = self._sequences.get(item.seq)
-                if stream is None:
+                if stream is None or stream._ended.is_set():
                     log.warning("stream record for sequence %d, which runs nothing here", item.seq)
                 elif isinstance(item, SeqEnd):
                     stream._end()
+                    self._release_if_ended(stream)
                 else:
                     stream._record(item.values)
+
+    def _release_if_ended(self, stream: SequenceStream) -> None:
+        """Free the stream's sequence once both its end record and done line were read."""
+        if stream.done and self._sequences.get(stream.seq) is stream:
+            del self._sequences[stream.seq]
 
     def _break(self, error: BaseException) -> None:
         self._broken = error

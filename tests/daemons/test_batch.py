@@ -113,6 +113,30 @@ async def test_a_caller_cancelled_before_its_reply_leaves_the_sequence_stopped(
             assert len(await again.collect()) == 5
 
 
+async def test_a_done_line_read_before_the_last_records_loses_no_token(
+    launch: Launcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end record and the done line come on two fds: on a loaded machine the done
+    line may be read first. Every token still reaches the stream, and the sequence is
+    free only once both were read (CI once saw a request end with 315 of 316 tokens)."""
+    async with (open_daemon_process(launch("qwen35", "qwen3", parallel=2, n_ctx=1024)) as daemon,
+                open_batch_client(daemon) as client):
+        receive_stream = daemon.receive_stream
+
+        async def late_stream() -> bytes:
+            data = await receive_stream()
+            await trio.sleep(0.5)  # the stdout reader reads the done line meanwhile
+            return data
+
+        monkeypatch.setattr(daemon, "receive_stream", late_stream)
+        for seq, n_gen in ((0, 1), (1, 6), (0, 3)):
+            async with client.open_sequence(generate(PROMPTS[seq], n_gen, seq)) as stream:
+                tokens = await stream.collect()
+                assert stream.summary is not None and stream.summary.n_gen == n_gen
+                assert len(tokens) == n_gen
+            assert not client.busy(seq)
+
+
 async def test_daemon_death_ends_every_stream(launch: Launcher) -> None:
     async with (open_daemon_process(launch("qwen35", "qwen3", parallel=2, n_ctx=1024)) as daemon,
                 open_batch_client(daemon) as client,
