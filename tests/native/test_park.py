@@ -66,12 +66,20 @@ def test_park_target_only_and_unpark_draft_only(
 ) -> None:
     daemon = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=256", ONE_THREAD)
     daemon.ready()
+
+    def kept_bytes() -> int:
+        return int(daemon.ok(daemon.command("stats"), "stats")["state_kept_bytes"])
+
+    reserved = kept_bytes()  # the checkpoint block made at startup (engine/prefix_reuse.h)
+    assert reserved > 0
     before, _ = daemon.stream_command("generate ids:9707,1879,11 6 ignore_eos=1")
     draft = daemon.ok(daemon.command("park draft"), "park")
     assert (draft["target"], draft["draft"]) == ("ready", "absent")
     assert daemon.ok(daemon.command("park target"), "park")["target"] == "parked"
+    assert kept_bytes() == 0  # parked: no host memory kept for states
     assert daemon.ok(daemon.command("unpark draft"), "unpark")["target"] == "parked"
     assert daemon.ok(daemon.command("unpark all"), "unpark")["target"] == "ready"
+    assert kept_bytes() == reserved
     assert daemon.stream_command("generate ids:9707,1879,11 6 ignore_eos=1")[0] == before
     assert daemon.quit() == 0
 

@@ -273,17 +273,37 @@ def test_a_new_conversation_keeps_its_checkpoint_in_memory_the_last_one_freed(
         spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
     """engine/state_memory.h: a state's host memory, freed, is kept for the next state of
     its size (a model's checkpoints all have one), so a request's checkpoint needs no
-    fresh pages; on the CPU it is plain memory, page-locked only for a GPU."""
+    fresh pages; on the CPU it is plain memory, page-locked only for a GPU. The first
+    conversation's checkpoint takes a block made at startup (reserve_checkpoint_memory,
+    engine/prefix_reuse.h): one per sequence, there before any request."""
+    d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
+              "--parallel=2", ONE_THREAD)
+    d.ready()
+    before = d.ok(d.command("stats"), "stats")
+    assert before["states_reused"] == "0", before
+    block = int(before["state_kept_bytes"]) // 2
+    assert block > 0 and int(before["state_kept_bytes"]) == 2 * block, before
+    generate(d, conversation(40, 70), 4)  # a checkpoint at its prompt's end: a reserved block
+    first = d.ok(d.command("stats"), "stats")
+    assert first["states_reused"] == "1" and int(first["state_kept_bytes"]) == block, first
+    generate(d, conversation(41, 70), 4)  # that one goes; this prompt's takes its block
+    after = d.ok(d.command("stats"), "stats")
+    assert after["states_reused"] == "2", after
+    assert int(after["state_kept_bytes"]) == block, after  # the other sequence's, still there
+    assert after["states_page_locked"] == "0", after
+
+
+def test_without_the_reservation_a_first_checkpoint_takes_new_memory(
+        spawn: Any, native: Any, test_models: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LUCERNA_STATE_RESERVE=0`` (the switch that measures it) makes no block ahead."""
+    monkeypatch.setenv("LUCERNA_STATE_RESERVE", "0")
     d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
               ONE_THREAD)
     d.ready()
-    before = d.ok(d.command("stats"), "stats")
-    generate(d, conversation(40, 70), 4)  # a checkpoint at its prompt's end
-    generate(d, conversation(41, 70), 4)  # that one goes; this prompt's takes its block
-    after = d.ok(d.command("stats"), "stats")
-    assert int(after["states_reused"]) == int(before["states_reused"]) + 1, after
-    assert int(after["state_kept_bytes"]) == 0, after  # the one kept block is in use again
-    assert after["states_page_locked"] == "0", after
+    generate(d, conversation(40, 70), 4)
+    stats = d.ok(d.command("stats"), "stats")
+    assert (stats["states_reused"], stats["state_kept_bytes"]) == ("0", "0"), stats
 
 
 def test_a_shorter_conversations_snapshot_takes_the_block_a_longer_one_freed(

@@ -19,6 +19,7 @@
 #endif
 
 #include "engine/resident_set.h"
+#include "engine/state_memory.h"
 #include "wire/errors.h"
 
 namespace lucerna {
@@ -65,6 +66,7 @@ void park_target(Session & session) {
     engine.model = std::move(vocab_only.model);
     engine.vocab = llama_model_get_vocab(engine.model.get());
     session.clear_lanes();
+    drop_kept_state_blocks();  // unpark reserves them again (engine/prefix_reuse.h)
     session.parked = true;
 #if defined(__GLIBC__)
     // The model's and context's smaller host allocations come back to the heap, not the

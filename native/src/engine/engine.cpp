@@ -8,6 +8,7 @@
 #include "engine/dead_peer.h"
 #include "engine/gguf_probe.h"
 #include "engine/log.h"
+#include "engine/prefix_reuse.h"
 #include "engine/state_memory.h"
 #include "ggml-backend.h"
 #include "wire/errors.h"
@@ -265,6 +266,7 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
                                 "the engine cannot roll back the recurrent state of " + arch +
                                     " by a draft block; speculative decoding is not available for it");
         }
+        reserve_checkpoint_memory(loaded.context.get(), std::max(1, opts.parallel));
     }
     return loaded;
 }

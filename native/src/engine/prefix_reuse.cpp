@@ -1,9 +1,12 @@
 #include "engine/prefix_reuse.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <new>
+#include <string>
 
 #include "engine/engine.h"
+#include "engine/state_memory.h"
 #include "wire/errors.h"
 
 namespace lucerna {
@@ -224,6 +227,30 @@ void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_voca
         live.add_checkpoint(std::move(checkpoint));
     } catch (const std::bad_alloc &) {
         throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory for a checkpoint");
+    }
+}
+
+void reserve_checkpoint_memory(llama_context * ctx, int32_t n_sequences) {
+    const llama_model * model = llama_get_model(ctx);
+    const char * env = std::getenv("LUCERNA_STATE_RESERVE");
+    if ((!llama_model_is_recurrent(model) && !llama_model_is_hybrid(model)) || n_sequences < 1 ||
+        (env != nullptr && std::string(env) == "0")) {
+        return;
+    }
+    llama_token token = 0;
+    const int rc = llama_decode(ctx, llama_batch_get_one(&token, 1));
+    const size_t size = rc == 0 ? llama_state_seq_get_size_ext(ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) : 0;
+    clear_sequence(ctx, 0);
+    if (rc != 0) {
+        throw ProtocolError(ErrorCode::kContextFailed,
+                            "the engine could not decode one token to size its checkpoints (code " +
+                                std::to_string(rc) + ")");
+    }
+    try {
+        reserve_state_blocks(size, n_sequences);
+    } catch (const std::bad_alloc &) {
+        throw ProtocolError(ErrorCode::kContextFailed, "out of host memory for " + std::to_string(n_sequences) +
+                                                           " checkpoints of " + std::to_string(size) + " bytes");
     }
 }
 

@@ -62,4 +62,14 @@ void share_prefix(llama_context * ctx, LiveSequence & live, llama_seq_id seq, co
 // current length, with the logits of its last position. No-op for models that need none.
 void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab, llama_seq_id seq = 0);
 
+// Makes the host memory of one checkpoint per sequence before the first request, where
+// checkpoints have one size (a recurrent or hybrid model's state; a window cache's
+// varies). On a GPU that memory is page-locked, and locking a new 150 MB block (the 27B
+// shape) took 53-66 ms of every admission step of eight sequences on the H200, on the
+// path to each one's first token (docs/benchmarks.md, "Continuous batching, fifth
+// round"). The size is read off a one-token decode on sequence 0, which is emptied again.
+// LUCERNA_STATE_RESERVE=0 in the environment leaves it out, to measure it. Throws
+// context_failed when the engine cannot decode that token.
+void reserve_checkpoint_memory(llama_context * ctx, int32_t n_sequences);
+
 }  // namespace lucerna

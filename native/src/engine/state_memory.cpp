@@ -35,19 +35,15 @@ struct Block {
 class StateMemory {
 public:
     void use(ggml_backend_dev_t device) {
-        std::lock_guard<std::mutex> lock(mutex_);
         const char * pageable = std::getenv("LUCERNA_PAGEABLE_STATES");
         const bool lock_pages = device != nullptr && (pageable == nullptr || std::string(pageable) != "1");
         ggml_backend_buffer_type_t type = lock_pages ? ggml_backend_dev_host_buffer_type(device) : nullptr;
+        std::lock_guard<std::mutex> lock(mutex_);
         if (type == type_) {
             return;
         }
         // Kept blocks are of the old kind: freed, so that every kept block is of type_.
-        for (auto & [size, block] : kept_) {
-            free_block(block);
-        }
-        kept_.clear();
-        stats_.kept_bytes = 0;
+        free_kept();
         type_ = type;
     }
 
@@ -64,6 +60,54 @@ public:
             live_[block.data] = block;
             return block.data;
         }
+        const Block block = new_block(size);
+        live_[block.data] = block;
+        return block.data;
+    }
+
+    void reserve(size_t bytes, int count) {
+        const size_t size = rounded(bytes == 0 ? 1 : bytes);
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (; reserved_ < count; ++reserved_) {
+            const Block block = new_block(size);
+            kept_.emplace(block.size, block);
+            stats_.kept_bytes += block.size;
+            keep_limit_ += block.size;  // kept for good: freed states return to them
+        }
+    }
+
+    void drop_kept() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        free_kept();
+    }
+
+    void release(void * data) noexcept {
+        if (data == nullptr) {
+            return;
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto live = live_.find(data);
+        if (live == live_.end()) {
+            return;  // not ours: cannot happen through StateAllocator
+        }
+        const Block block = live->second;
+        live_.erase(live);
+        // A block of another kind than type_ (allocated before use() changed it) is freed.
+        if (block.type == type_ && stats_.kept_bytes + block.size <= keep_limit_) {
+            kept_.emplace(block.size, block);
+            stats_.kept_bytes += block.size;
+            return;
+        }
+        free_block(block);
+    }
+
+    StateMemoryStats stats() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return stats_;
+    }
+
+private:
+    Block new_block(size_t size) {
         Block block;
         block.size = size;
         if (type_ != nullptr && locked_bytes_ + size <= kLockedBytes) {
@@ -85,36 +129,19 @@ public:
                 throw std::bad_alloc();
             }
         }
-        live_[block.data] = block;
-        return block.data;
+        return block;
     }
 
-    void release(void * data) noexcept {
-        if (data == nullptr) {
-            return;
+    void free_kept() {
+        for (auto & [size, block] : kept_) {
+            free_block(block);
         }
-        std::lock_guard<std::mutex> lock(mutex_);
-        const auto live = live_.find(data);
-        if (live == live_.end()) {
-            return;  // not ours: cannot happen through StateAllocator
-        }
-        const Block block = live->second;
-        live_.erase(live);
-        // A block of another kind than type_ (allocated before use() changed it) is freed.
-        if (block.type == type_ && stats_.kept_bytes + block.size <= kKeptBytes) {
-            kept_.emplace(block.size, block);
-            stats_.kept_bytes += block.size;
-            return;
-        }
-        free_block(block);
+        kept_.clear();
+        stats_.kept_bytes = 0;
+        keep_limit_ = kKeptBytes;
+        reserved_ = 0;
     }
 
-    StateMemoryStats stats() {
-        std::lock_guard<std::mutex> lock(mutex_);
-        return stats_;
-    }
-
-private:
     void free_block(const Block & block) {
         locked_bytes_ -= block.locked;
         if (block.buffer != nullptr) {
@@ -130,6 +157,8 @@ private:
     std::unordered_map<void *, Block> live_;
     StateMemoryStats stats_;
     uint64_t locked_bytes_ = 0;  // of blocks live or kept
+    uint64_t keep_limit_ = kKeptBytes;  // plus what reserve() made
+    int reserved_ = 0;                  // blocks reserve() made since drop_kept()
 };
 
 // Never destroyed: states still held when the process exits (a snapshot in a slot) must
@@ -151,6 +180,14 @@ void * state_allocate(size_t bytes) {
 
 void state_release(void * block) noexcept {
     state_memory().release(block);
+}
+
+void reserve_state_blocks(size_t bytes, int count) {
+    state_memory().reserve(bytes, count);
+}
+
+void drop_kept_state_blocks() {
+    state_memory().drop_kept();
 }
 
 StateMemoryStats state_memory_stats() {

@@ -33,6 +33,16 @@ namespace lucerna {
 // reused), to measure what page-locking buys (docs/benchmarks.md).
 void use_state_memory_of(ggml_backend_dev_t device);
 
+// Makes blocks that hold a state of `bytes` now, until `count` were made since the last
+// drop_kept_state_blocks, and keeps them for the states to come beyond the usual limit
+// on kept memory: see reserve_checkpoint_memory (engine/prefix_reuse.h). Throws
+// std::bad_alloc.
+void reserve_state_blocks(size_t bytes, int count);
+
+// Frees every kept block, reserved ones too (a parked model holds no memory for states
+// it will not take).
+void drop_kept_state_blocks();
+
 // Raw blocks for StateAllocator. state_allocate throws std::bad_alloc.
 void * state_allocate(size_t bytes);
 void state_release(void * block) noexcept;

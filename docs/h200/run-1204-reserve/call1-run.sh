@@ -1,0 +1,17 @@
+# device call 1 of 2026-12-04 (afternoon): checkpoint memory made at startup
+# (reserve_checkpoint_memory, LUCERNA_STATE_RESERVE=0 leaves it out), raw decode
+source build/devcarry/setup.sh
+T0=$(date +%s)
+python3 -c "from daemons.native import ensure_native; ensure_native('cuda')" > $OUT/build.log 2>&1 || { tail -60 $OUT/build.log; exit 1; }
+echo "build $(( $(date +%s) - T0 )) s"
+B=build/native-cuda/bin
+[ -f $M/qwen36-27b.gguf ] || $B/lucerna-mkmodels --shape qwen36-27b --out $M --piece-pool 64 > $OUT/mk.log 2>&1 || tail -20 $OUT/mk.log
+cat $M/qwen36-27b.gguf > /dev/null
+echo "models $(( $(date +%s) - T0 )) s"
+for r in 0 1 0 1; do
+  echo "LUCERNA_STATE_RESERVE=$r"
+  LUCERNA_STATE_RESERVE=$r timeout 100 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --streams 1,8 --tokens 128 2>&1 | tail -3
+  echo "at $(( $(date +%s) - T0 )) s"
+  [ $(( $(date +%s) - T0 )) -gt 520 ] && break
+done 2>&1 | tee $OUT/steps.txt
+echo "steps $(( $(date +%s) - T0 )) s"
