@@ -1,8 +1,13 @@
-# device call 2 (warm, the build of call 1): the same over HTTP (lucerna serve --parallel 8,
-# lucerna bench at 1 and 8 streams), each setting twice, alternated; then the kernel trace
+# device call 2 (prepared, not yet run; warm, the build of call 1): a second raw round in
+# the other order, then the same over HTTP (lucerna serve --parallel 8, lucerna bench at 1
+# and 8 streams), each setting twice, alternated; then the kernel trace
 source build/devcarry/setup.sh
 T0=$(date +%s)
 [ -x build/native-cuda/bin/lucerna-mkmodels ] || { echo "cold machine: no build"; exit 3; }
+for r in 1 0; do
+  echo "LUCERNA_STATE_RESERVE=$r"
+  LUCERNA_STATE_RESERVE=$r timeout 100 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --streams 1,8 --tokens 128 2>&1 | tail -3
+done 2>&1 | tee $OUT/steps2.txt
 for round in 1 2; do
   for r in 0 1; do
     LUCERNA_STATE_RESERVE=$r python3 -m orchestrator.cli serve --model $M/qwen36-27b.gguf --model-name qwen36-27b \
