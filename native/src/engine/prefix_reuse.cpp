@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/log.h"
 #include "engine/state_memory.h"
 #include "wire/errors.h"
 
@@ -242,15 +243,14 @@ void reserve_checkpoint_memory(llama_context * ctx, int32_t n_sequences) {
     const size_t size = rc == 0 ? llama_state_seq_get_size_ext(ctx, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) : 0;
     clear_sequence(ctx, 0);
     if (rc != 0) {
-        throw ProtocolError(ErrorCode::kContextFailed,
-                            "the engine could not decode one token to size its checkpoints (code " +
-                                std::to_string(rc) + ")");
+        log_line("no checkpoint memory made ahead: the engine could not decode one token to size it (code %d)", rc);
+        return;
     }
     try {
         reserve_state_blocks(size, n_sequences);
     } catch (const std::bad_alloc &) {
-        throw ProtocolError(ErrorCode::kContextFailed, "out of host memory for " + std::to_string(n_sequences) +
-                                                           " checkpoints of " + std::to_string(size) + " bytes");
+        log_line("no more checkpoint memory made ahead: out of host memory for %d checkpoints of %zu bytes",
+                 n_sequences, size);
     }
 }
 

@@ -64,12 +64,13 @@ void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_voca
 
 // Makes the host memory of one checkpoint per sequence before the first request, where
 // checkpoints have one size (a recurrent or hybrid model's state; a window cache's
-// varies). On a GPU that memory is page-locked, and locking a new 150 MB block (the 27B
-// shape) took 53-66 ms of every admission step of eight sequences on the H200, on the
-// path to each one's first token (docs/benchmarks.md, "Continuous batching, fifth
-// round"). The size is read off a one-token decode on sequence 0, which is emptied again.
-// LUCERNA_STATE_RESERVE=0 in the environment leaves it out, to measure it. Throws
-// context_failed when the engine cannot decode that token.
+// varies). On a GPU that memory is page-locked, and each sequence's first checkpoint
+// would otherwise lock a new block (150 MB on the 27B shape) on its way to its first
+// token: the fourth round on the H200 traced 43-92 ms of host time to that, and the
+// fifth round's admission steps spent 53-66 ms in gaps (docs/benchmarks.md). The size
+// is read off a one-token decode on sequence 0, which is emptied again. Where that
+// decode or the memory fails, it logs why and makes nothing: states then take memory as
+// they come. LUCERNA_STATE_RESERVE=0 in the environment leaves it out, to measure it.
 void reserve_checkpoint_memory(llama_context * ctx, int32_t n_sequences);
 
 }  // namespace lucerna
