@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ONE_THREAD = "--threads=1"  # see test_snapshots.py
 PROMPT = "ids:2,9259,1902,563,1144,236764,1017,1144"  # gemma ids
 
@@ -62,8 +64,10 @@ def test_park_frees_the_weights_and_unpark_restores_generation(
 
 
 def test_park_target_only_and_unpark_draft_only(
-    spawn: Any, native: Any, test_models: dict[str, Path]
+    spawn: Any, native: Any, test_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The checkpoint blocks made at startup, on plain memory too (engine/prefix_reuse.h).
+    monkeypatch.setenv("LUCERNA_STATE_RESERVE", "1")
     daemon = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=256", ONE_THREAD)
     daemon.ready()
 

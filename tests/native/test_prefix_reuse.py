@@ -270,12 +270,15 @@ def test_a_cut_never_leaves_a_sequence_without_logits(
 
 
 def test_a_new_conversation_keeps_its_checkpoint_in_memory_the_last_one_freed(
-        spawn: Any, native: Any, test_models: dict[str, Path]) -> None:
+        spawn: Any, native: Any, test_models: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """engine/state_memory.h: a state's host memory, freed, is kept for the next state of
     its size (a model's checkpoints all have one), so a request's checkpoint needs no
     fresh pages; on the CPU it is plain memory, page-locked only for a GPU. The first
     conversation's checkpoint takes a block made at startup (reserve_checkpoint_memory,
-    engine/prefix_reuse.h): one per sequence, there before any request."""
+    engine/prefix_reuse.h): one per sequence, there before any request. They are made
+    where states are page-locked (a GPU); ``LUCERNA_STATE_RESERVE=1`` makes them here."""
+    monkeypatch.setenv("LUCERNA_STATE_RESERVE", "1")
     d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
               "--parallel=2", ONE_THREAD)
     d.ready()
@@ -293,11 +296,16 @@ def test_a_new_conversation_keeps_its_checkpoint_in_memory_the_last_one_freed(
     assert after["states_page_locked"] == "0", after
 
 
+@pytest.mark.parametrize("setting", ["0", None])
 def test_without_the_reservation_a_first_checkpoint_takes_new_memory(
         spawn: Any, native: Any, test_models: dict[str, Path],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """``LUCERNA_STATE_RESERVE=0`` (the switch that measures it) makes no block ahead."""
-    monkeypatch.setenv("LUCERNA_STATE_RESERVE", "0")
+        monkeypatch: pytest.MonkeyPatch, setting: str | None) -> None:
+    """``LUCERNA_STATE_RESERVE=0`` (the switch that measures it) makes no block ahead, and
+    unset, a CPU daemon (plain memory, where a block made ahead saves nothing) makes none."""
+    if setting is None:
+        monkeypatch.delenv("LUCERNA_STATE_RESERVE", raising=False)
+    else:
+        monkeypatch.setenv("LUCERNA_STATE_RESERVE", setting)
     d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024", "--chunk=32",
               ONE_THREAD)
     d.ready()

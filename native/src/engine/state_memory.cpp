@@ -81,6 +81,11 @@ public:
         free_kept();
     }
 
+    bool page_locked() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return type_ != nullptr;
+    }
+
     void release(void * data) noexcept {
         if (data == nullptr) {
             return;
@@ -188,6 +193,10 @@ void reserve_state_blocks(size_t bytes, int count) {
 
 void drop_kept_state_blocks() {
     state_memory().drop_kept();
+}
+
+bool states_page_locked() {
+    return state_memory().page_locked();
 }
 
 StateMemoryStats state_memory_stats() {

@@ -43,6 +43,9 @@ void reserve_state_blocks(size_t bytes, int count);
 // it will not take).
 void drop_kept_state_blocks();
 
+// Whether states allocated now are page-locked (use_state_memory_of a GPU).
+bool states_page_locked();
+
 // Raw blocks for StateAllocator. state_allocate throws std::bad_alloc.
 void * state_allocate(size_t bytes);
 void state_release(void * block) noexcept;
