@@ -1,4 +1,4 @@
-# device call prepared 2026-12-04 (not run yet): engine patch 0208 (split-K for the
+# device call 2026-12-04 16:28 UTC (run as prepared the session before): engine patch 0208 (split-K for the
 # tensor-core kernel, GGML_CUDA_MMVQ_MMA_SPLIT_K) product by product and in the 8-row
 # step, and admissions written at once (bin/batched-step-profile --admit all, now the
 # default) with prompts of one length against eight lengths
