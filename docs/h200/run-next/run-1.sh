@@ -1,7 +1,9 @@
-# device call 1 of 2, prepared 2026-12-04 (not run yet), on a fresh machine with
-# carry ["build/devcarry","build/devcache",".whl"]: the engine, the peer llama-server
-# built in the engine's directory (build/devcache now carries the engine's tools/, less
-# tools/server/tests, and no models/ or media/), our daemons and the 27B-shape target.
+# device call 1 of 2, prepared 2026-12-04 (first tried 2026-12-04 night: see
+# docs/benchmarks.md, "A device session lost"). Packed here with
+#   bin/gpu-h200-pack docs/h200/run-next/run-1.sh docs/h200/run-next/run-2.sh
+# and run as `bash build/devcarry/run-1.sh` on a fresh machine with carry
+# ["build/devcarry","build/devcache",".whl"]: the engine, the peer llama-server built in
+# the engine's directory, our daemons and the 27B-shape target, then the raw steps.
 # Call 2 must follow at once (the machine is released after 30 s idle) and must NOT
 # carry build/devcache: a carried path replaces the device's copy, build included.
 source build/devcarry/setup.sh
