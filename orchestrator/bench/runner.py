@@ -9,7 +9,7 @@ daemon protocol without the HTTP server). For every prompt set and concurrency:
   on every target alike and neither always goes first; each request records how
   much of the machine other programs took meanwhile (``interference``);
 - concurrency N > 1: each target in turn gets N workers pulling from one list of
-  requests (the set's prompts, cycled to at least N), while a separate probe
+  requests (the set's prompts, cycled on to a multiple of N), while a separate probe
   process (``probe.py``) samples its ``/health`` latency and process-tree memory.
 
 Every target first gets one short warm-up request that is not recorded (for the
@@ -211,8 +211,14 @@ class _CpuMeter:
         return end[0] - self._start[0], end[1] - self._start[1]
 
 
-def _requests(prompts: Sequence[Prompt], repeats: int, at_least: int) -> list[Prompt]:
-    n = max(at_least, len(prompts) * repeats)
+def requests_for(prompts: Sequence[Prompt], repeats: int, workers: int) -> list[Prompt]:
+    """``prompts`` ``repeats`` times over, cycled on to a multiple of ``workers``.
+
+    The aggregate rate of N workers is what N streams in flight deliver: with 20
+    requests for 8 workers, the last 4 would run with the other 4 workers idle and the
+    figure would be partly a 4-stream one (at most 20/24 of the 8-stream rate where
+    every request takes as long)."""
+    n = -(-max(workers, len(prompts) * repeats) // workers) * workers
     return [prompts[i % len(prompts)] for i in range(n)]
 
 
@@ -310,7 +316,7 @@ async def run_bench(drivers: Sequence[Driver], plan: BenchPlan,
                 requests = [turn for i in range(1, plan.repeats + 1)
                             for turn in replay(i)[:plan.limit]]
             else:
-                requests = _requests(prompts, plan.repeats, workers)
+                requests = requests_for(prompts, plan.repeats, workers)
             if workers == 1:
                 runs += await _sequential(drivers, set_name, requests, plan, progress)
             else:

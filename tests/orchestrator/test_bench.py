@@ -30,7 +30,7 @@ from orchestrator.bench.prompts import (
     prompt_set,
 )
 from orchestrator.bench.report import bench_document, markdown_tables
-from orchestrator.bench.runner import CaseRun, ProbeRecord
+from orchestrator.bench.runner import CaseRun, ProbeRecord, requests_for
 from orchestrator.bench.stats import RequestTiming, percentile, summarize
 from tests.conftest import LucernaServer
 
@@ -72,6 +72,15 @@ def test_requests_without_a_decode_span_have_no_rate() -> None:
     assert timing(0.0, [1.0, 1.0], 1.0, completion=2).decode_tps is None
     failed = RequestTiming("p", t_sent=0.0, error="HTTP 503: busy")
     assert not failed.ok and failed.ttft_s is None and failed.e2e_s is None
+
+
+def test_concurrent_requests_come_in_full_rounds_of_the_workers() -> None:
+    prompts = code_prompts()
+    assert len(prompts) == 10  # the figures below are for the code set as it is
+    # 20 requests for 8 workers would leave 4 idle for the last round: 24.
+    assert [len(requests_for(prompts, 2, n)) for n in (1, 4, 8, 16, 32)] == [20, 20, 24, 32, 32]
+    eight = requests_for(prompts, 2, 8)
+    assert [p.id for p in eight] == [prompts[i % 10].id for i in range(24)]
 
 
 def test_summary_pools_intervals_and_leaves_failures_out() -> None:
