@@ -338,3 +338,47 @@ def test_a_shorter_conversations_snapshot_takes_the_block_a_longer_one_freed(
     assert int(after["states_reused"]) == int(before["states_reused"]) + 2, after
     assert int(after["state_kept_bytes"]) == 0, after
     assert d.quit() == 0
+
+
+def test_an_idle_daemon_makes_memory_ready_for_the_next_snapshot(
+        spawn: Any, native: Any, test_models: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine/state_memory.h: a snapshot the front end's cache keeps never gives its
+    block back, so each new conversation's snapshot took new memory on its request's
+    way (on a GPU, a page-locked block locked then). A state that took a new block
+    leaves the daemon, once idle, a spare a quarter larger, which the next one takes.
+    Made where states are page-locked (a GPU); ``LUCERNA_STATE_RESERVE=1`` makes it here,
+    and ``0`` (the switch that measures it), nowhere."""
+    def kept_after_idling(d: Any) -> tuple[int, dict[str, str]]:
+        # The daemon idles between a reply and the next command; a few round trips
+        # leave it that moment whatever the timing.
+        for _ in range(5):
+            stats = d.ok(d.command("stats"), "stats")
+            time.sleep(0.05)
+        return int(stats["state_kept_bytes"]), stats
+
+    for setting in ("1", "0"):
+        monkeypatch.setenv("LUCERNA_STATE_RESERVE", setting)
+        d = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=1024",
+                  "--chunk=32", ONE_THREAD)
+        d.ready()
+        generate(d, conversation(44, 120), 4)  # its checkpoint: the block made at startup
+        kept_before, before = kept_after_idling(d)
+        first = d.ok(d.command("snapshot 0"), "snapshot")  # nothing kept holds it: new memory
+        kept, _ = kept_after_idling(d)
+        if setting == "0":
+            assert kept == kept_before == 0
+            assert d.quit() == 0
+            continue
+        assert kept_before == 0, before
+        # The spare holds the engine's state a quarter over; the snapshot's bytes count
+        # its logits too (one vocabulary of floats), which are not state memory.
+        assert 0 < kept < int(first["bytes"]), (first, kept)
+        generate(d, conversation(45, 140), 4)  # the last checkpoint's block, freed, serves
+        second = d.ok(d.command("snapshot 1"), "snapshot")  # the spare serves
+        kept_after, after = kept_after_idling(d)
+        assert int(second["bytes"]) > int(first["bytes"]), (first, second)
+        assert int(after["states_reused"]) == int(before["states_reused"]) + 2, (before, after)
+        assert kept_after == 0, after  # no state took new memory: no spare to make
+        assert after["states_page_locked"] == "0", after
+        assert d.quit() == 0

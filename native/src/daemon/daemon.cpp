@@ -24,6 +24,7 @@
 #include "engine/rpc_server.h"
 #include "engine/snapshot_files.h"
 #include "engine/speculative.h"
+#include "engine/state_memory.h"
 #include "wire/constants.h"
 #include "wire/errors.h"
 #include "wire/wire.h"
@@ -339,7 +340,10 @@ int run_daemon(Role role, int argc, char ** argv) {
             if (!open) {
                 break;
             }
-        } else {
+        } else if (!queue.try_pop(queued)) {
+            // Idle: memory for the next state that would take a new block is made now
+            // rather than on a request's way to its first token (engine/state_memory.h).
+            make_spare_state_block();
             queued = queue.pop();
         }
         if (queued.eof) {

@@ -1,9 +1,7 @@
 #include "engine/prefix_reuse.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <new>
-#include <string>
 
 #include "engine/engine.h"
 #include "engine/log.h"
@@ -233,10 +231,8 @@ void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_voca
 
 void reserve_checkpoint_memory(llama_context * ctx, int32_t n_sequences) {
     const llama_model * model = llama_get_model(ctx);
-    const char * env = std::getenv("LUCERNA_STATE_RESERVE");
-    const std::string setting = env != nullptr ? env : "";
-    const bool wanted = setting == "1" || (setting != "0" && states_page_locked());
-    if ((!llama_model_is_recurrent(model) && !llama_model_is_hybrid(model)) || n_sequences < 1 || !wanted) {
+    if ((!llama_model_is_recurrent(model) && !llama_model_is_hybrid(model)) || n_sequences < 1 ||
+        !state_memory_made_ahead()) {
         return;
     }
     llama_token token = 0;

@@ -70,11 +70,9 @@ void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_voca
 // fifth round's admission steps spent 53-66 ms in gaps (docs/benchmarks.md). The size
 // is read off a one-token decode on sequence 0, which is emptied again. Where that
 // decode or the memory fails, it logs why and makes nothing: states then take memory as
-// they come. Only where states are page-locked: a plain block made ahead saves nothing
-// (its pages fault in at the first copy all the same), and a CPU daemon, the GPU
-// model's tokenizer among them, would pay a whole forward at startup for it.
-// LUCERNA_STATE_RESERVE=0 in the environment leaves it out, to measure it; =1 makes the
-// blocks on plain memory too, so that the CPU's tests exercise them.
+// they come. Only where state_memory_made_ahead() (engine/state_memory.h): a CPU daemon,
+// the GPU model's tokenizer among them, would otherwise pay a whole forward at startup
+// for memory that gains nothing by being made early.
 void reserve_checkpoint_memory(llama_context * ctx, int32_t n_sequences);
 
 }  // namespace lucerna

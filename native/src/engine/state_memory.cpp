@@ -52,7 +52,7 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         // The smallest kept block that holds `size`, if it is not too large for it.
         const auto kept = kept_.lower_bound(size);
-        if (kept != kept_.end() && kept->first / kFitSlack <= size) {
+        if (serves(kept, size)) {
             const Block block = kept->second;
             kept_.erase(kept);
             stats_.kept_bytes -= block.size;
@@ -62,7 +62,29 @@ public:
         }
         const Block block = new_block(size);
         live_[block.data] = block;
+        spare_for_ = size;
         return block.data;
+    }
+
+    bool make_spare() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const size_t wanted = spare_for_;
+        spare_for_ = 0;
+        if (wanted == 0 || serves(kept_.lower_bound(wanted), wanted)) {
+            return false;
+        }
+        const size_t size = rounded(wanted + wanted / 4);
+        if (stats_.kept_bytes + size > keep_limit_) {
+            return false;
+        }
+        try {
+            const Block block = new_block(size);
+            kept_.emplace(block.size, block);
+            stats_.kept_bytes += block.size;
+        } catch (const std::bad_alloc &) {
+            return false;  // states take memory as they come, as without the spare
+        }
+        return true;
     }
 
     void reserve(size_t bytes, int count) {
@@ -112,6 +134,12 @@ public:
     }
 
 private:
+    // Whether `kept` (the smallest kept block of `size` bytes or more) may hold a state of
+    // `size` bytes.
+    bool serves(std::multimap<size_t, Block>::const_iterator kept, size_t size) const {
+        return kept != kept_.end() && kept->first / kFitSlack <= size;
+    }
+
     Block new_block(size_t size) {
         Block block;
         block.size = size;
@@ -145,6 +173,7 @@ private:
         stats_.kept_bytes = 0;
         keep_limit_ = kKeptBytes;
         reserved_ = 0;
+        spare_for_ = 0;  // a parked model takes no states: nothing to make ahead for
     }
 
     void free_block(const Block & block) {
@@ -164,6 +193,7 @@ private:
     uint64_t locked_bytes_ = 0;  // of blocks live or kept
     uint64_t keep_limit_ = kKeptBytes;  // plus what reserve() made
     int reserved_ = 0;                  // blocks reserve() made since drop_kept()
+    size_t spare_for_ = 0;              // the last state that took a new block; 0: none since
 };
 
 // Never destroyed: states still held when the process exits (a snapshot in a slot) must
@@ -197,6 +227,16 @@ void drop_kept_state_blocks() {
 
 bool states_page_locked() {
     return state_memory().page_locked();
+}
+
+bool state_memory_made_ahead() {
+    const char * env = std::getenv("LUCERNA_STATE_RESERVE");
+    const std::string setting = env != nullptr ? env : "";
+    return setting == "1" || (setting != "0" && states_page_locked());
+}
+
+bool make_spare_state_block() {
+    return state_memory_made_ahead() && state_memory().make_spare();
 }
 
 StateMemoryStats state_memory_stats() {

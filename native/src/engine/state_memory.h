@@ -39,6 +39,24 @@ void use_state_memory_of(ggml_backend_dev_t device);
 // std::bad_alloc.
 void reserve_state_blocks(size_t bytes, int count);
 
+// Whether state memory is made ahead of the states that take it: the checkpoint blocks
+// at startup (reserve_checkpoint_memory) and a spare block while idle
+// (make_spare_state_block). Where states are page-locked, unless LUCERNA_STATE_RESERVE=0
+// (to measure them); LUCERNA_STATE_RESERVE=1 makes them on plain memory too, so that the
+// CPU's tests exercise them. Plain memory made ahead saves nothing: its pages fault in at
+// the first copy all the same.
+bool state_memory_made_ahead();
+
+// After a state took a new block (none kept would serve it), makes one more of about its
+// size (a quarter larger: a conversation's next snapshot is a few turns longer) and keeps
+// it, so that the next such state finds memory ready. For the daemon's idle moments: on
+// the H200 a displaced conversation's snapshot (160 MB) locked a new block on its
+// request's way to the first token, 50-130 ms (docs/benchmarks.md, "Admissions and the
+// prefix cache on the H200"); the front end's cache holds its snapshots, so none come
+// back to be reused. Makes nothing unless state_memory_made_ahead(), when a kept block
+// already serves that size, or past the limit on kept memory. Whether it made one.
+bool make_spare_state_block();
+
 // Frees every kept block, reserved ones too (a parked model holds no memory for states
 // it will not take).
 void drop_kept_state_blocks();
