@@ -1,6 +1,6 @@
-# device call 1 of 2, prepared 2026-12-04 (first tried 2026-12-04 night: see
+# device call 1 of 3, prepared 2026-12-04 (first tried 2026-12-04 night: see
 # docs/benchmarks.md, "A device session lost"). Packed here with
-#   bin/gpu-h200-pack docs/h200/run-next/run-1.sh docs/h200/run-next/run-2.sh
+#   bin/gpu-h200-pack docs/h200/run-next/run-*.sh
 # and run as `bash build/devcarry/run-1.sh` on a fresh machine with carry
 # ["build/devcarry","build/devcache",".whl"]: the engine, the peer llama-server built in
 # the engine's directory, our daemons and the 27B-shape target, then the raw steps.

@@ -1,4 +1,4 @@
-# device call 2 of 2, `bash build/devcarry/run-2.sh` (carry ["build/devcarry",".whl"] only): issue 13's benchmark as
+# device call 2 of 3, `bash build/devcarry/run-2.sh` (carry ["build/devcarry",".whl"] only): issue 13's benchmark as
 # written, Lucerna against llama-server at the same --parallel, both with their prompt
 # caches on, same GGUF, same run; 64-token replies (as every earlier round) and then
 # 256-token ones (an agent's reply is longer; the admissions weigh less)

@@ -1,0 +1,26 @@
+# device call 3 of 3, `bash build/devcarry/run-3.sh` (carry ["build/devcarry",".whl"] only,
+# right after run-2.sh): what the idle daemon's spare state block buys one stream with the
+# prefix cache on (docs/benchmarks.md, "A device session lost": built, not measured).
+# The afternoon's call A (docs/h200/run-1204-cache/) put 50-130 ms of TTFT on the snapshot
+# of each displaced conversation, which locked a new 160 MB block. LUCERNA_STATE_RESERVE=0
+# makes no memory ahead (no spare; no checkpoint blocks at startup either, which at one
+# stream only the first request's checkpoint needs), the default makes both; alternated,
+# two rounds, the same server command as call A.
+source build/devcarry/setup.sh
+T0=$(date +%s)
+for round in 1 2; do
+  for reserve in default 0; do
+    if [ $reserve = 0 ]; then export LUCERNA_STATE_RESERVE=0; else unset LUCERNA_STATE_RESERVE; fi
+    python3 -m orchestrator.cli serve --model $M/qwen36-27b.gguf --model-name qwen36-27b \
+        --host 127.0.0.1 --port 8123 --n-ctx 32768 --threads 16 --queue-limit 16 --parallel 8 > $OUT/serve-$round-$reserve.log 2>&1 &
+    pid=$!
+    for i in $(seq 120); do curl -sf -o /dev/null http://127.0.0.1:8123/health && break; sleep 1; done
+    timeout 100 python3 -m orchestrator.cli bench --url http://127.0.0.1:8123/v1 --concurrency 1 --max-tokens 64 \
+        --repeats 2 --out $OUT/spare-$round-$reserve.json > $OUT/spare-$round-$reserve.txt 2>&1
+    curl -s http://127.0.0.1:8123/status > $OUT/status-$round-$reserve.json
+    echo "round $round LUCERNA_STATE_RESERVE=$reserve"; grep -E "^\| *candidate" $OUT/spare-$round-$reserve.txt | head -2
+    kill -INT $pid; wait $pid
+    echo "at $(( $(date +%s) - T0 )) s"
+    [ $(( $(date +%s) - T0 )) -gt 480 ] && break 2
+  done
+done
