@@ -346,15 +346,19 @@ def test_an_idle_daemon_makes_memory_ready_for_the_next_snapshot(
     """engine/state_memory.h: a snapshot the front end's cache keeps never gives its
     block back, so each new conversation's snapshot took new memory on its request's
     way (on a GPU, a page-locked block locked then). A state that took a new block
-    leaves the daemon, once idle, a spare a quarter larger, which the next one takes.
-    Made where states are page-locked (a GPU); ``LUCERNA_STATE_RESERVE=1`` makes it here,
-    and ``0`` (the switch that measures it), nowhere."""
+    leaves the daemon, after a pause in its commands, a spare a quarter larger, which
+    the next one takes. Made where states are page-locked (a GPU);
+    ``LUCERNA_STATE_RESERVE=1`` makes it here, and ``0`` (the switch that measures it),
+    nowhere."""
+    quiet_ms = [int(ms) for ms in re.findall(
+        r"constexpr std::chrono::milliseconds kQuietBeforeSpare\{(\d+)\};",
+        sources.native_source("daemon/daemon.cpp"))]
+    assert len(quiet_ms) == 1
+
     def kept_after_idling(d: Any) -> tuple[int, dict[str, str]]:
-        # The daemon idles between a reply and the next command; a few round trips
-        # leave it that moment whatever the timing.
-        for _ in range(5):
-            stats = d.ok(d.command("stats"), "stats")
-            time.sleep(0.05)
+        # The daemon makes a spare only after that long with no command.
+        time.sleep(4 * quiet_ms[0] / 1000)
+        stats = d.ok(d.command("stats"), "stats")
         return int(stats["state_kept_bytes"]), stats
 
     for setting in ("1", "0"):
@@ -364,7 +368,11 @@ def test_an_idle_daemon_makes_memory_ready_for_the_next_snapshot(
         d.ready()
         generate(d, conversation(44, 120), 4)  # its checkpoint: the block made at startup
         kept_before, before = kept_after_idling(d)
-        first = d.ok(d.command("snapshot 0"), "snapshot")  # nothing kept holds it: new memory
+        # Nothing kept holds the snapshot: new memory. The stats comes right behind it, as
+        # a request's generate does behind its snapshot: no pause, no spare between them.
+        d.send("snapshot 0\nstats")
+        first = d.ok(d.readline(), "snapshot")
+        assert d.ok(d.readline(), "stats")["state_kept_bytes"] == "0"
         kept, _ = kept_after_idling(d)
         if setting == "0":
             assert kept == kept_before == 0

@@ -80,8 +80,12 @@ QueuedCommand CommandQueue::pop() {
 }
 
 bool CommandQueue::try_pop(QueuedCommand & command) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (queue_.empty()) {
+    return pop_within(std::chrono::milliseconds(0), command);
+}
+
+bool CommandQueue::pop_within(std::chrono::milliseconds wait, QueuedCommand & command) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!ready_.wait_for(lock, wait, [this] { return !queue_.empty(); })) {
         return false;
     }
     command = std::move(queue_.front());

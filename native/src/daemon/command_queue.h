@@ -8,6 +8,7 @@
 // SIGTERM/SIGINT cancels every generate read so far and ends the queue like EOF.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -44,6 +45,8 @@ public:
     QueuedCommand pop();
     // The next command if one was read, without waiting.
     bool try_pop(QueuedCommand & command);
+    // The next command if one is read within `wait`.
+    bool pop_within(std::chrono::milliseconds wait, QueuedCommand & command);
 
 private:
     void read_loop();

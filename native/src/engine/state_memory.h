@@ -49,7 +49,7 @@ bool state_memory_made_ahead();
 
 // After a state took a new block (none kept would serve it), makes one more of about its
 // size (a quarter larger: a conversation's next snapshot is a few turns longer) and keeps
-// it, so that the next such state finds memory ready. For the daemon's idle moments: on
+// it, so that the next such state finds memory ready. For pauses in the daemon's work: on
 // the H200 a displaced conversation's snapshot (160 MB) locked a new block on its
 // request's way to the first token, 50-130 ms (docs/benchmarks.md, "Admissions and the
 // prefix cache on the H200"); the front end's cache holds its snapshots, so none come
