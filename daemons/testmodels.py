@@ -18,6 +18,7 @@ Cache layout (``lucerna_cache_dir()``)::
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -26,9 +27,12 @@ from pathlib import Path
 from daemons._locking import file_lock
 from daemons.errors import BuildError
 from daemons.native import ensure_native
-from daemons.paths import lucerna_cache_dir
+from daemons.paths import lucerna_cache_dir, repo_root
 
-__all__ = ["TEST_MODEL_NAMES", "TEST_MODEL_SEED", "ensure_test_models", "models_dir"]
+__all__ = [
+    "TEST_MODEL_NAMES", "TEST_MODEL_SEED", "ensure_test_models", "mkmodels_vocabularies",
+    "models_dir",
+]
 
 Progress = Callable[[str], None]
 
@@ -36,6 +40,15 @@ TEST_MODEL_NAMES = ("qwen35", "qwen3", "laguna", "deepseek4", "dflash")
 TEST_MODEL_SEED = 42
 
 _STAMP = "stamp.json"
+
+
+def mkmodels_vocabularies() -> list[str]:
+    """The engine tree's ``models/ggml-vocab-*.gguf`` files that lucerna-mkmodels copies
+    into the models it writes, as its sources (native/src/mkmodels/) name them."""
+    names: set[str] = set()
+    for source in (repo_root() / "native" / "src" / "mkmodels").glob("*.cpp"):
+        names.update(re.findall(r"ggml-vocab-[a-z0-9.-]+?\.gguf", source.read_text()))
+    return sorted(names)
 
 
 def models_dir() -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from daemons import testmodels
+from daemons.engine import ensure_engine_source
 from daemons.native import ensure_native
 from daemons.testmodels import TEST_MODEL_NAMES, TEST_MODEL_SEED, ensure_test_models, models_dir
 
@@ -167,3 +168,15 @@ def test_a_different_seed_gives_different_weights(tmp_path: Path) -> None:
     )
     assert sha256(tmp_path / "laguna.gguf") != sha256(cached["laguna"])
     assert not (tmp_path / "qwen35.gguf").exists()
+
+
+def test_the_vocabularies_mkmodels_names_are_in_the_engine_tree() -> None:
+    """bin/gpu-h200-pack carries these alone of the engine's models/, and
+    bin/gpu-h200-bench refuses a tree without them: the list must match what
+    lucerna-mkmodels opens."""
+    names = testmodels.mkmodels_vocabularies()
+    # The Qwen models (the test models and the 27B bench shape), laguna, deepseek4.
+    assert names == ["ggml-vocab-deepseek-coder.gguf", "ggml-vocab-gpt-2.gguf",
+                     "ggml-vocab-qwen35.gguf"]
+    models = ensure_engine_source() / "models"
+    assert all((models / name).is_file() for name in names)
