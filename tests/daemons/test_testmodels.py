@@ -79,6 +79,7 @@ def test_public_api() -> None:
         "TEST_MODEL_NAMES",
         "TEST_MODEL_SEED",
         "ensure_test_models",
+        "mkmodels_vocabularies",
         "models_dir",
     ]
 
