@@ -29,6 +29,7 @@ def test_the_keys_are_those_of_section_5_3() -> None:
         "requests",
         "tokens_prompt",
         "tokens_generated",
+        "forwards",
         "cancelled",
         "preempted",
         "shared_prefixes",

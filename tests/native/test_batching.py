@@ -143,13 +143,13 @@ class Lanes:
 
 
 def solo(
-    spawn: Any, binary: Path, model: Path, lines: list[str], *flags: str
+    spawn: Any, binary: Path, model: Path, lines: list[str], *flags: str, chunk: int = 8
 ) -> list[list[tuple[int, ...]]]:
     """Each line's records on a --parallel 1 daemon, one generation at a time (protocol 1).
 
     Every line asks for logprobs=2: a record is ``token lp alt1 lp1 alt2 lp2``.
     """
-    daemon = spawn(binary, model, ONE_THREAD, "--chunk=8", *flags)
+    daemon = spawn(binary, model, ONE_THREAD, f"--chunk={chunk}", *flags)
     daemon.ready()
     out = []
     for line in lines:
@@ -246,6 +246,44 @@ def test_concurrent_sequences_keep_their_solo_tokens(
             assert_near_solo(want, lanes.records[seq], f"{lines[seq]} (stagger={stagger})",
                              greedy=seq in GREEDY)
     assert daemon.quit() == 0
+
+
+def test_a_step_admitting_prompts_of_several_lengths_is_one_forward(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    # On a hybrid model the recurrent layers take sequences of one length at a time. The
+    # pinned engine cut a step into one forward per length; engine patch 0210 runs it as
+    # one (PROTOCOL.md 9.1), LLAMA_RS_RAGGED=0 restores the cut. Three prompts of three
+    # lengths arrive while a sequence decodes: each mode's forwards are counted, and each
+    # sequence keeps its solo tokens (module docstring; the lookup is off so that every
+    # step is one token a sequence and the step count is the long sequence's tokens).
+    n_long = 32
+    flags = ("--chunk=64", "--lookup=off")
+    lines = [f"generate {ids(PROMPTS[0])} {n_long} ignore_eos=1 logprobs=2",
+             *(f"generate {ids(p)} 8 ignore_eos=1 logprobs=2" for p in PROMPTS[1:4])]  # fmt: skip
+    assert len({len(p) for p in PROMPTS[1:4]}) == 3
+    expected = solo(spawn, native.binary("qwen35"), test_models["qwen35"], lines, *flags, chunk=64)
+    forwards = {}
+    for mode, env in (("ragged", {}), ("split", {"LLAMA_RS_RAGGED": "0"})):
+        daemon = spawn(native.binary("qwen35"), test_models["qwen35"], ONE_THREAD, *flags,
+                       "--parallel=4", "--n-ctx=1024", env=env)  # fmt: skip
+        daemon.ready()
+        lanes = Lanes(daemon)
+        before = int(daemon.ok(lanes.command("stats"), "stats")["forwards"])
+        lanes.start(lines[0], 0)
+        while len(lanes.tokens.get(0, [])) < 2:
+            lanes.pump_stream(timeout=0.05)
+        # In one write, so that one step admits all three beside the decoding sequence.
+        daemon.send("\n".join(f"{line} seq={seq}" for seq, line in enumerate(lines) if seq))
+        assert [lanes.next_reply() for _ in range(3)] == [f"ok generate seq={s}" for s in (1, 2, 3)]
+        lanes.wait_done({0, 1, 2, 3})
+        forwards[mode] = int(daemon.ok(lanes.command("stats"), "stats")["forwards"]) - before
+        for seq, want in enumerate(expected):
+            assert_near_solo(want, lanes.records[seq], f"{lines[seq]} ({mode})", greedy=True)
+        assert daemon.quit() == 0
+    # One forward a step: the long sequence's n_long steps, the others' inside them. Cut
+    # by length, a prompt's step costs one more forward per length it adds.
+    assert forwards == {"ragged": n_long, "split": n_long + 3}
 
 
 def test_gemma3_concurrent_sequences_complete(spawn: Any, native: Any, default_model: Path) -> None:

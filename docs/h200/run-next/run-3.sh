@@ -8,8 +8,33 @@
 # two rounds, the same server command as call A. The daemon makes the spare only after
 # 50 ms with no command, and the bench sends each request as soon as the last one ends:
 # where its gaps are shorter this shows that the spare costs nothing, not what it buys.
+#
+# First (prepared 2026-12-05): engine patch 0210, a step of prompts of several lengths as
+# one forward on the hybrid 27B, against LLAMA_RS_RAGGED=0 (one forward per length, as the
+# pinned engine), alternated: raw, eight prompts of eight lengths admitted at once beside
+# nothing (the tool's own step count and forwards), then over HTTP at 8 streams (each
+# request's prompt admitted beside the others' decode rows).
 source build/devcarry/setup.sh
 T0=$(date +%s)
+for ragged in default 0 default 0; do
+  echo "== raw LLAMA_RS_RAGGED=$ragged"
+  if [ $ragged = 0 ]; then export LLAMA_RS_RAGGED=0; else unset LLAMA_RS_RAGGED; fi
+  timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 128 --streams 8 \
+      --prompt-lengths 64,70,76,82,88,94,100,103 2>&1 | tail -1
+done | tee $OUT/ragged-raw.txt
+for ragged in default 0; do
+  if [ $ragged = 0 ]; then export LLAMA_RS_RAGGED=0; else unset LLAMA_RS_RAGGED; fi
+  python3 -m orchestrator.cli serve --model $M/qwen36-27b.gguf --model-name qwen36-27b \
+      --host 127.0.0.1 --port 8123 --n-ctx 32768 --threads 16 --queue-limit 16 --parallel 8 > $OUT/serve-ragged-$ragged.log 2>&1 &
+  pid=$!
+  for i in $(seq 120); do curl -sf -o /dev/null http://127.0.0.1:8123/health && break; sleep 1; done
+  timeout 100 python3 -m orchestrator.cli bench --url http://127.0.0.1:8123/v1 --concurrency 8 --max-tokens 64 \
+      --repeats 2 --out $OUT/ragged-$ragged.json > $OUT/ragged-$ragged.txt 2>&1
+  echo "LLAMA_RS_RAGGED=$ragged"; grep -E "^\| *candidate" $OUT/ragged-$ragged.txt | head -2
+  kill -INT $pid; wait $pid
+  echo "at $(( $(date +%s) - T0 )) s"
+done
+unset LLAMA_RS_RAGGED
 for round in 1 2; do
   for reserve in default 0; do
     if [ $reserve = 0 ]; then export LUCERNA_STATE_RESERVE=0; else unset LUCERNA_STATE_RESERVE; fi
@@ -23,6 +48,6 @@ for round in 1 2; do
     echo "round $round LUCERNA_STATE_RESERVE=$reserve"; grep -E "^\| *candidate" $OUT/spare-$round-$reserve.txt | head -2
     kill -INT $pid; wait $pid
     echo "at $(( $(date +%s) - T0 )) s"
-    [ $(( $(date +%s) - T0 )) -gt 480 ] && break 2
+    [ $(( $(date +%s) - T0 )) -gt 420 ] && break 2
   done
 done

@@ -25,6 +25,7 @@ std::vector<StatField> stat_fields(const Session & session) {
     auto i = [](const char * key, int64_t v) { return StatField{key, v, 0.0, false}; };
     auto r = [](const char * key, double v) { return StatField{key, 0, v, true}; };
     const StateMemoryStats memory = state_memory_stats();
+    const llama_context * ctx = session.engine.context.get();
     const double uptime_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - session.started).count();
     std::vector<StatField> fields = {
@@ -33,6 +34,7 @@ std::vector<StatField> stat_fields(const Session & session) {
         i("requests", static_cast<int64_t>(st.requests)),
         i("tokens_prompt", static_cast<int64_t>(st.tokens_prompt)),
         i("tokens_generated", static_cast<int64_t>(st.tokens_generated)),
+        i("forwards", ctx ? static_cast<int64_t>(llama_n_forwards(ctx)) : 0),
         i("cancelled", static_cast<int64_t>(st.cancelled)),
         i("preempted", static_cast<int64_t>(st.preempted)),
         i("shared_prefixes", static_cast<int64_t>(st.shared_prefixes)),
@@ -59,7 +61,6 @@ std::vector<StatField> stat_fields(const Session & session) {
     // Where the weights live: bytes_host, bytes_device, buft_<name>_bytes; a daemon's
     // own (engine/placement.h), or on the ds4 shard, which has no context, what its RPC
     // clients hold there (engine/rpc_server.h).
-    const llama_context * ctx = session.engine.context.get();
     for (const auto & [key, bytes] : ctx ? weight_stats_fields(ctx) : RpcServer::held_stats_fields()) {
         fields.push_back(StatField{key, static_cast<int64_t>(bytes), 0.0, false});
     }
