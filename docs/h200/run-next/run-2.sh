@@ -5,6 +5,8 @@
 # First, engine patch 0209 (activations staged through shared memory, off unless
 # GGML_CUDA_MMVQ_MMA_STAGE=1): its products against the default, then the raw 8-row decode.
 source build/devcarry/setup.sh
+# build/ragged-off: engine patch 0210 failed in call 1 (run-1.sh)
+[ -f build/ragged-off ] && { export LLAMA_RS_RAGGED=0; echo "0210 failed in call 1: LLAMA_RS_RAGGED=0"; }
 T0=$(date +%s)
 B=build/native-cuda/bin
 for st in 0 1; do

@@ -15,14 +15,16 @@
 # nothing (the tool's own step count and forwards), then over HTTP at 8 streams (each
 # request's prompt admitted beside the others' decode rows).
 source build/devcarry/setup.sh
+# build/ragged-off: engine patch 0210 failed in call 1 (run-1.sh)
+[ -f build/ragged-off ] && { export LLAMA_RS_RAGGED=0; echo "0210 failed in call 1: LLAMA_RS_RAGGED=0"; }
 T0=$(date +%s)
-for ragged in default 0 default 0; do
+for ragged in $([ -f build/ragged-off ] || echo default 0 default 0); do
   echo "== raw LLAMA_RS_RAGGED=$ragged"
   if [ $ragged = 0 ]; then export LLAMA_RS_RAGGED=0; else unset LLAMA_RS_RAGGED; fi
   timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 128 --streams 8 \
       --prompt-lengths 64,70,76,82,88,94,100,103 2>&1 | tail -1
 done | tee $OUT/ragged-raw.txt
-for ragged in default 0; do
+for ragged in $([ -f build/ragged-off ] || echo default 0); do
   if [ $ragged = 0 ]; then export LLAMA_RS_RAGGED=0; else unset LLAMA_RS_RAGGED; fi
   python3 -m orchestrator.cli serve --model $M/qwen36-27b.gguf --model-name qwen36-27b \
       --host 127.0.0.1 --port 8123 --n-ctx 32768 --threads 16 --queue-limit 16 --parallel 8 > $OUT/serve-ragged-$ragged.log 2>&1 &
@@ -34,7 +36,7 @@ for ragged in default 0; do
   kill -INT $pid; wait $pid
   echo "at $(( $(date +%s) - T0 )) s"
 done
-unset LLAMA_RS_RAGGED
+[ -f build/ragged-off ] || unset LLAMA_RS_RAGGED
 for round in 1 2; do
   for reserve in default 0; do
     if [ $reserve = 0 ]; then export LUCERNA_STATE_RESERVE=0; else unset LUCERNA_STATE_RESERVE; fi
