@@ -219,3 +219,21 @@ def gemma(native: NativeBuild, default_model: Path) -> Iterator[Daemon]:
     daemon.ready()
     yield daemon
     daemon.close()
+
+
+def write_on_request_model(native: NativeBuild, out: Path, name: str) -> Path:
+    """A test model that lucerna-mkmodels writes only when asked (``--only``), with the
+    seed of the others (daemons/testmodels.py)."""
+    subprocess.run(
+        [str(native.mkmodels), "--out", str(out), "--seed", "42", "--only", name],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out / f"{name}.gguf"
+
+
+@pytest.fixture(scope="session")
+def qwen35moe_model(native: NativeBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The qwen35 test model's MoE sibling (routed experts and a shared one)."""
+    return write_on_request_model(native, tmp_path_factory.mktemp("qwen35moe"), "qwen35moe")

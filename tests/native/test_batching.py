@@ -248,8 +248,9 @@ def test_concurrent_sequences_keep_their_solo_tokens(
     assert daemon.quit() == 0
 
 
+@pytest.mark.parametrize("model", ["qwen35", "qwen35moe"])
 def test_a_step_admitting_prompts_of_several_lengths_is_one_forward(
-    spawn: Any, native: Any, test_models: dict[str, Path]
+    spawn: Any, native: Any, test_models: dict[str, Path], qwen35moe_model: Path, model: str
 ) -> None:
     # On a hybrid model the recurrent layers take sequences of one length at a time. The
     # pinned engine cut a step into one forward per length; engine patch 0210 runs it as
@@ -257,16 +258,17 @@ def test_a_step_admitting_prompts_of_several_lengths_is_one_forward(
     # lengths arrive while a sequence decodes: each mode's forwards are counted, and each
     # sequence keeps its solo tokens (module docstring; the lookup is off so that every
     # step is one token a sequence and the step count is the long sequence's tokens).
+    path = qwen35moe_model if model == "qwen35moe" else test_models[model]
     n_long = 32
     flags = ("--chunk=64", "--lookup=off")
     lines = [f"generate {ids(PROMPTS[0])} {n_long} ignore_eos=1 logprobs=2",
              *(f"generate {ids(p)} 8 ignore_eos=1 logprobs=2" for p in PROMPTS[1:4])]  # fmt: skip
     assert len({len(p) for p in PROMPTS[1:4]}) == 3
-    expected = solo(spawn, native.binary("qwen35"), test_models["qwen35"], lines, *flags, chunk=64)
+    expected = solo(spawn, native.binary("qwen35"), path, lines, *flags, chunk=64)
     forwards = {}
     for mode, env in (("ragged", {}), ("split", {"LLAMA_RS_RAGGED": "0"})):
-        daemon = spawn(native.binary("qwen35"), test_models["qwen35"], ONE_THREAD, *flags,
-                       "--parallel=4", "--n-ctx=1024", env=env)  # fmt: skip
+        daemon = spawn(native.binary("qwen35"), path, ONE_THREAD, *flags, "--parallel=4",
+                       "--n-ctx=1024", env=env)  # fmt: skip
         daemon.ready()
         lanes = Lanes(daemon)
         before = int(daemon.ok(lanes.command("stats"), "stats")["forwards"])

@@ -22,13 +22,14 @@ from __future__ import annotations
 import math
 import random
 import struct
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.native.conftest import write_on_request_model
 
 ONE_THREAD = "--threads=1"  # see test_snapshots.py
 EXACT = ("--kv-type=f32", "--flash-attn=off", "--deterministic=on")
@@ -77,14 +78,7 @@ def acceptance(reply: dict[str, str]) -> float:
 @pytest.fixture(scope="session")
 def exact_model(native: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The qwen35 test model with F32 weights (same seed, same shapes)."""
-    out = tmp_path_factory.mktemp("exact")
-    subprocess.run(
-        [str(native.mkmodels), "--out", str(out), "--seed", "42", "--only", "qwen35f32"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return out / "qwen35f32.gguf"
+    return write_on_request_model(native, tmp_path_factory.mktemp("exact"), "qwen35f32")
 
 
 @pytest.fixture(scope="module")

@@ -67,12 +67,10 @@ void add_moe(llama_model_saver & ms, const MoeKvs & moe) {
     ms.add_kv(LLM_KV_EXPERT_WEIGHTS_SCALE, moe.weights_scale);
 }
 
-// Qwen3.5: hybrid Gated DeltaNet (linear attention) + gated full attention every second
+// Qwen3.5's layers: hybrid Gated DeltaNet (linear attention) + gated full attention every second
 // layer, M-RoPE sections, partial rotary. Shapes follow the real 0.8B..27B layouts
 // scaled down; the DeltaNet head size (32) is one the CUDA kernel instantiates.
-void qwen35_kvs(llama_model_saver & ms, const ModelSpec & spec) {
-    add_common(ms, LLM_ARCH_QWEN35, spec, 8192, 4);
-    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+void add_qwen35_layers(llama_model_saver & ms) {
     add_attention_heads(ms, 4, 2);
     ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000000.0f);
     ms.add_kv(LLM_KV_ROPE_DIMENSION_COUNT, u32(16));
@@ -83,6 +81,22 @@ void qwen35_kvs(llama_model_saver & ms, const ModelSpec & spec) {
     ms.add_kv(LLM_KV_SSM_TIME_STEP_RANK, u32(4));
     ms.add_kv(LLM_KV_SSM_GROUP_COUNT, u32(2));
     ms.add_kv(LLM_KV_SSM_INNER_SIZE, u32(32 * 4));
+}
+
+void qwen35_kvs(llama_model_saver & ms, const ModelSpec & spec) {
+    add_common(ms, LLM_ARCH_QWEN35, spec, 8192, 4);
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+    add_qwen35_layers(ms);
+}
+
+// Qwen3.5 MoE (the 35B-A3B family): qwen35's layers with routed experts (softmax
+// scoring) and a gated shared expert in place of the dense FFN.
+void qwen35moe_kvs(llama_model_saver & ms, const ModelSpec & spec) {
+    add_common(ms, LLM_ARCH_QWEN35MOE, spec, 8192, 4);
+    ms.add_kv(LLM_KV_FEED_FORWARD_LENGTH, kFeedForward);
+    add_moe(ms, {/*n_ff_expert =*/64, /*n_ff_shared =*/64, LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX,
+                 /*weights_scale =*/1.0f});
+    add_qwen35_layers(ms);
 }
 
 // Qwen3 dense: plain GQA attention with q/k norms, tied embeddings like the small
@@ -186,6 +200,11 @@ const std::vector<Recipe> & recipes() {
         qwen35_f32.spec.f32_weights = true;
         qwen35_f32.spec.on_request = true;
         out.push_back(qwen35_f32);
+
+        Recipe qwen35moe = recipe("qwen35moe", "Qwen3.5 MoE hybrid DeltaNet/attention, real Qwen vocabulary",
+                                  "ggml-vocab-qwen35.gguf", LLM_ARCH_QWEN35MOE, qwen35moe_kvs);
+        qwen35moe.spec.on_request = true;
+        out.push_back(qwen35moe);
 
         Recipe qwen3 = recipe("qwen3", "Qwen3 dense, real Qwen vocabulary, tied embeddings", "ggml-vocab-qwen35.gguf",
                               LLM_ARCH_QWEN3, qwen3_kvs);
