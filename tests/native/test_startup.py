@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from daemons.native import NativeBuild
+from tests.daemons.test_stats import KEYS
 from tests.native.test_roles import CAPS
 
 GEMMA_READY = {
@@ -160,13 +161,6 @@ def test_stats_counts_requests(
     assert daemon.quit() == 0
 
 
-STATS_KEYS = [
-    "n_ctx", "n_vocab", "requests", "tokens_prompt", "tokens_generated", "cancelled", "preempted",
-    "shared_prefixes", "rss_kb", "uptime_s", "parked", "slots_used", "slots_bytes",
-    "last_prefill_tok_s", "last_decode_tok_s", "model_bytes",
-]  # fmt: skip
-
-
 def test_stats_fields_and_msgpack(
     spawn: Any, native: NativeBuild, test_models: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -175,7 +169,7 @@ def test_stats_fields_and_msgpack(
     daemon = spawn(native.binary("qwen35"), test_models["qwen3"], "--n-ctx=256", "--threads=1")
     daemon.ready()
     fresh = daemon.ok(daemon.command("stats"), "stats")
-    assert list(fresh)[: len(STATS_KEYS)] == STATS_KEYS  # PROTOCOL.md 5.3, in its order
+    assert list(fresh)[: len(KEYS)] == KEYS  # PROTOCOL.md 5.3's fixed keys, in its order
     assert (fresh["last_prefill_tok_s"], fresh["slots_used"], fresh["parked"]) == ("0.0", "0", "0")
     daemon.stream_command("generate ids:1,2,3,4 6 ignore_eos=1 snap=4:2")
     stats = daemon.ok(daemon.command("stats"), "stats")
@@ -190,7 +184,7 @@ def test_stats_fields_and_msgpack(
     fields = daemon.ok(reply, "stats")
     assert next(iter(fields)) == "path" and fields["path"] == str(path)
     table = msgpack.unpackb(path.read_bytes())
-    assert list(table)[: len(STATS_KEYS)] == STATS_KEYS
+    assert list(table)[: len(KEYS)] == KEYS
     assert set(table) == set(fields) - {"path"}
     for key, value in table.items():  # numbers as numbers, equal to the reply's
         assert isinstance(value, (int, float)) and not isinstance(value, bool), key
