@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from daemons.native import NativeBuild
+from daemons.testmodels import TEST_MODEL_SEED
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -223,9 +224,9 @@ def gemma(native: NativeBuild, default_model: Path) -> Iterator[Daemon]:
 
 def write_on_request_model(native: NativeBuild, out: Path, name: str) -> Path:
     """A test model that lucerna-mkmodels writes only when asked (``--only``), with the
-    seed of the others (daemons/testmodels.py)."""
+    seed of the others."""
     subprocess.run(
-        [str(native.mkmodels), "--out", str(out), "--seed", "42", "--only", name],
+        [str(native.mkmodels), "--out", str(out), "--seed", str(TEST_MODEL_SEED), "--only", name],
         check=True,
         capture_output=True,
         timeout=300,

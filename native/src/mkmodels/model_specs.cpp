@@ -67,9 +67,9 @@ void add_moe(llama_model_saver & ms, const MoeKvs & moe) {
     ms.add_kv(LLM_KV_EXPERT_WEIGHTS_SCALE, moe.weights_scale);
 }
 
-// Qwen3.5's layers: hybrid Gated DeltaNet (linear attention) + gated full attention every second
-// layer, M-RoPE sections, partial rotary. Shapes follow the real 0.8B..27B layouts
-// scaled down; the DeltaNet head size (32) is one the CUDA kernel instantiates.
+// Qwen3.5's layers: hybrid Gated DeltaNet (linear attention) + gated full attention
+// every second layer, M-RoPE sections, partial rotary. Shapes follow the real 0.8B..27B
+// layouts scaled down; the DeltaNet head size (32) is one the CUDA kernel instantiates.
 void add_qwen35_layers(llama_model_saver & ms) {
     add_attention_heads(ms, 4, 2);
     ms.add_kv(LLM_KV_ROPE_FREQ_BASE, 10000000.0f);
