@@ -1,35 +1,30 @@
-# device call 1 of 3, prepared 2026-12-04 (first tried 2026-12-04 night: see
-# docs/benchmarks.md, "A device session lost"). Packed here with
+# One device call on a fresh machine, prepared 2026-12-05: engine patch 0209's staged
+# activations on by default where they paid (Q6_K, rows of 32 super-blocks or more, 7-8
+# columns; docs/benchmarks.md, "Staged activations and the benchmark against
+# llama-server"), against GGML_CUDA_MMVQ_MMA_STAGE=0, then where the 8-row step's time
+# goes now. Packed with
 #   bin/gpu-h200-pack docs/h200/run-next/run-*.sh
-# and run as `bash build/devcarry/run-1.sh` on a fresh machine with carry
-# ["build/devcarry","build/devcache",".whl"]: the engine, the peer llama-server built in
-# the engine's directory, our daemons and the 27B-shape target, then the raw steps.
-# Call 2 must follow at once (the machine is released after 30 s idle) and must NOT
-# carry build/devcache: a carried path replaces the device's copy, build included.
+# and run as `bash build/devcarry/run-1.sh` with carry ["build/devcarry","build/devcache",".whl"].
+# No peer build (--no-peer): this call compares the engine with itself.
 source build/devcarry/setup.sh
 T0=$(date +%s)
-python3 bin/gpu-h200-bench build --models $M > $OUT/build.log 2>&1 || { tail -60 $OUT/build.log; exit 1; }
-tail -3 $OUT/build.log
+python3 bin/gpu-h200-bench build --models $M --no-peer > $OUT/build.log 2>&1 || { tail -60 $OUT/build.log; exit 1; }
 echo "build $(( $(date +%s) - T0 )) s"
 cat $M/qwen36-27b.gguf > /dev/null
-timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 128 --streams 1,8 2>&1 | tail -2
-# Engine patch 0210 (added 2026-12-05) on CUDA before calls 2 and 3 lean on it: eight
-# prompt lengths admitted at once, the default (one forward a step) against
-# LLAMA_RS_RAGGED=0 (one per length), greedy tokens compared. Should the default fail,
-# build/ragged-off (kept on the warm machine) turns it off for calls 2 and 3.
-L=64,70,76,82,88,94,100,103
-timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 32 --streams 8 \
-    --prompt-lengths $L --records $OUT/rec-ragged.json 2>&1 | tail -1
-[ -s $OUT/rec-ragged.json ] || { touch build/ragged-off; echo "0210 FAILED: calls 2 and 3 run with LLAMA_RS_RAGGED=0"; }
-LLAMA_RS_RAGGED=0 timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 32 --streams 8 \
-    --prompt-lengths $L --records $OUT/rec-split.json 2>&1 | tail -1
-python3 - $OUT/rec-ragged.json $OUT/rec-split.json <<'PY'
-import json, sys
-try:
-    a, b = (json.load(open(path))["8"] for path in sys.argv[1:])
-except (OSError, KeyError, ValueError) as error:
-    sys.exit(f"no comparison: {error}")
-same = [next((i for i, (x, y) in enumerate(zip(a[s], b[s])) if x[0] != y[0]), len(a[s])) for s in sorted(a)]
-print("0210: greedy tokens equal to the split's, per sequence, up to the first difference:", same)
-PY
+B=build/native-cuda/bin
+# The products with the default rule: 2-6 columns on the short Q4_K/Q5_K rows as
+# STAGE=0 timed them this morning, 7-8 columns and Q6_K as STAGE=1.
+GGML_CUDA_MMVQ_MMA=1 timeout 60 $B/lucerna-mkmodels --gpu-matmul-check q4_K,q6_K --threads 16 2>&1 \
+    | grep -E "gpu_matmul_time|error" > $OUT/products.txt
+grep -E "cols=(2|8) " $OUT/products.txt
+for st in default 0 default 0; do
+  echo "== raw GGML_CUDA_MMVQ_MMA_STAGE=$st"
+  if [ $st = 0 ]; then export GGML_CUDA_MMVQ_MMA_STAGE=0; else unset GGML_CUDA_MMVQ_MMA_STAGE; fi
+  timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 128 --streams 1,4,8 2>&1 | tail -3
+done | tee $OUT/steps.txt
+unset GGML_CUDA_MMVQ_MMA_STAGE
+echo "raw at $(( $(date +%s) - T0 )) s"
+[ $(( $(date +%s) - T0 )) -gt 470 ] && exit 0
+timeout 90 python3 bin/gpu-kernel-profile --models $M --out $OUT/prof --runs batch8,decode --n-gen 32 > $OUT/prof.txt 2>&1
+tail -40 $OUT/prof.txt
 echo "end $(( $(date +%s) - T0 )) s"
