@@ -27,4 +27,18 @@ for st in default 0 default 0; do
   timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 128 --streams 1,4,8 2>&1 | tail -3
 done | tee $OUT/steps.txt
 unset GGML_CUDA_MMVQ_MMA_STAGE
+echo "raw at $(( $(date +%s) - T0 )) s"
+# Why an 8-column product of the tensor-core kernel still costs 1.2-1.3 times its
+# one-column time on the rows of 20 super-blocks (ffn_up/gate: 30.3 against 23.2 us): the
+# kernel's own counters in the decode steps of 8 sequences and of one (grid 1088 x 1:
+# ffn_up/gate; 320 x 4: ffn_down; 640: the DeltaNet input projection), if ncu reads them
+# on this machine (device/KINDS.md: Firecracker yes, gVisor no).
+for n in 8 1; do
+  [ $(( $(date +%s) - T0 )) -gt 480 ] && break
+  timeout 100 ncu --clock-control none --graph-profiling node --kernel-name regex:mul_mat_vec_q_mma \
+      --launch-skip 3000 --launch-count 12 --section SpeedOfLight --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --csv --page details \
+      python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 16 --streams $n > $OUT/ncu-$n.csv 2> $OUT/ncu-$n.err
+  echo "ncu $n: rc $?, $(grep -c mul_mat_vec_q_mma $OUT/ncu-$n.csv) lines"
+done
 echo "end $(( $(date +%s) - T0 )) s"
