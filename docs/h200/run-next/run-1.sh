@@ -21,6 +21,14 @@ echo "profile at $(( $(date +%s) - T0 )) s"
 GGML_CUDA_MMVQ_MMA=1 timeout 60 $B/lucerna-mkmodels --gpu-matmul-check q4_K,q6_K --threads 16 2>&1 \
     | grep -E "gpu_matmul_time|error" > $OUT/products.txt
 grep -E "cols=(2|8) " $OUT/products.txt
+# And what the engine picks unforced, and MMVQ's times (GGML_CUDA_MMVQ_MMA=0): where the
+# kernel takes over from MMVQ (mmvq_mma_min_cols) was tuned before staging.
+for mma in default 0; do
+  echo "== GGML_CUDA_MMVQ_MMA=$mma"
+  if [ $mma = 0 ]; then export GGML_CUDA_MMVQ_MMA=0; else unset GGML_CUDA_MMVQ_MMA; fi
+  timeout 60 $B/lucerna-mkmodels --gpu-matmul-check q4_K,q5_K,q6_K --threads 16 2>&1 | grep -E "gpu_matmul_time|error"
+done > $OUT/products-pick.txt
+unset GGML_CUDA_MMVQ_MMA
 for st in default 0 default 0; do
   echo "== raw GGML_CUDA_MMVQ_MMA_STAGE=$st"
   if [ $st = 0 ]; then export GGML_CUDA_MMVQ_MMA_STAGE=0; else unset GGML_CUDA_MMVQ_MMA_STAGE; fi
