@@ -4,7 +4,7 @@ A ``--parallel N`` daemon holds N sequences (PROTOCOL.md 9). Each costs the atte
 KV cache of its tokens, ``kv_bytes_per_token`` per token, and, on a hybrid model
 (qwen35: Gated DeltaNet layers between the attention ones), a fixed recurrent state
 (``recurrent_bytes``: the conv window and the delta-rule state of every recurrent
-layer, F32 as the engine keeps them). ``orchestrator/config/_parallel.py`` sizes
+layer, F32 as the engine keeps them). ``orchestrator/parallel_default.py`` sizes
 ``parallel`` from these.
 
 Sliding-window layers (gemma3, laguna) are counted like full attention layers: an

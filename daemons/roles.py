@@ -117,6 +117,9 @@ class DaemonLaunch:
     """Snapshot slots, numbered ``0 .. slots - 1``; None: ``DEFAULT_SLOTS``."""
     parallel: int | None = None
     """Sequences that generate at once over protocol 2 (PROTOCOL.md 9); None: one."""
+    spare_sequences: int | None = None
+    """With ``parallel``: sequences beyond it that only keep conversations between their
+    turns (orchestrator/parallel_default.py); the daemon's ``--parallel`` is the sum."""
     rpc: tuple[str, ...] = ()
     """``HOST:PORT`` of ggml RPC servers (e.g. a ds4_shard) whose devices the engine adds."""
     override_tensors: tuple[str, ...] = ()
@@ -183,6 +186,13 @@ class DaemonLaunch:
             raise ValueError("draft_tree needs a draft")
         if self.draft_tree_branches is not None and self.draft_tree is None:
             raise ValueError("draft_tree_branches needs draft_tree")
+        if self.spare_sequences and (self.parallel or 1) == 1:
+            raise ValueError("spare_sequences needs parallel above 1")
+
+    @property
+    def daemon_sequences(self) -> int:
+        """The daemon's sequences: ``parallel`` and the spare ones."""
+        return (self.parallel or 1) + (self.spare_sequences or 0)
 
     def argv(self, stream_fd: int | None) -> list[str]:
         """The command line: the launcher, then the daemon's (shell-quoted if ``remote_shell``)."""
@@ -206,7 +216,7 @@ class DaemonLaunch:
             ("seed", self.seed),
             ("chunk", self.chunk),
             ("slots", self.slots),
-            ("parallel", self.parallel),
+            ("parallel", self.daemon_sequences if self.parallel is not None else None),
             ("rpc", ",".join(self.rpc) or None),
             ("override-tensor", ",".join(self.override_tensors) or None),
             ("experts-in-host", self.experts_in_host),

@@ -150,16 +150,18 @@ class ServedModel:
     def parallel_status(self) -> dict[str, object]:
         """``parallel`` and how it was chosen (``/props``, ``/status``)."""
         if self.parallel_choice is None:
-            return {"parallel": self.parallel, "source": "configured"}
+            return {"parallel": self.parallel, "source": "configured",
+                    "spare_sequences": self.launch.spare_sequences or 0}
         return self.parallel_choice.status()
 
     @property
     def n_ctx(self) -> int:
         """The context each request is promised: the daemon's KV pool holds this much for
-        each of its ``parallel`` sequences (docs/batching.md)."""
+        each of the ``parallel`` requests that generate at once (docs/batching.md; its
+        spare sequences keep their conversations in what those leave free)."""
         client = self.supervisor.client
         if client is not None and client.ready is not None:
-            return client.ready.n_ctx // client.ready.parallel
+            return client.ready.n_ctx // self.parallel
         return (self.launch.n_ctx or 0) // self.parallel
 
     @property

@@ -17,6 +17,14 @@ while the others leave it room, and the daemon preempts when it runs short.
 (a quarter of available RAM by default) and other models; the cap keeps one
 request's decode pace from falling too far on a CPU (every step carries all N).
 
+Beside them the daemon keeps up to as many **spare sequences** (``spare_sequences``,
+``choose_spare_sequences``): sequences no request generates on, which keep the
+conversations of earlier turns where they ran, so that a conversation's next turn
+finds its state without a snapshot or a restore. Their KV lives in the same pool (the
+daemon drops it first when the pool runs short, PROTOCOL.md 9.6); what each adds is
+one recurrent state, so on a hybrid model they take what the budget leaves after the
+``N`` sequences, and on an attention-only model they cost nothing up front.
+
 A model with PFlash serves one request at a time, and one with a draft does unless
 ``parallel`` is set (``config._build._parallel_choice`` says why in ``source``). The
 prefix cache, on by default, does not hold ``parallel`` back: it serves every sequence
@@ -34,9 +42,10 @@ import psutil
 
 from daemons.gguf_info import read_gguf_scalars
 from daemons.kv_size import SequenceCost, sequence_cost
+from protocol import MAX_PARALLEL
 
 __all__ = ["DEFAULT_PARALLEL_CAP", "KV_SHARE", "ParallelChoice", "backend_free_bytes",
-           "choose_parallel", "pool_tokens"]
+           "choose_parallel", "choose_spare_sequences", "pool_tokens"]
 
 DEFAULT_PARALLEL_CAP = 8
 """At most this many sequences by default; set ``parallel`` for more."""
@@ -56,11 +65,14 @@ class ParallelChoice:
     free_bytes: int | None = None
     kv_bytes_per_token: int | None = None
     recurrent_bytes: int | None = None
+    spare_sequences: int = 0
+    """Sequences beyond ``parallel`` that keep conversations between turns."""
 
     def status(self) -> dict[str, object]:
         return {"parallel": self.parallel, "source": self.source, "fits": self.fits,
                 "free_bytes": self.free_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
-                "recurrent_bytes_per_sequence": self.recurrent_bytes}
+                "recurrent_bytes_per_sequence": self.recurrent_bytes,
+                "spare_sequences": self.spare_sequences}
 
 
 def pool_tokens(n_ctx: int, parallel: int) -> int:
@@ -92,3 +104,17 @@ def choose_parallel(model: Path, weights_bytes: int, n_ctx: int, free_bytes: int
     return ParallelChoice(parallel, "memory", free_bytes=free_bytes,
                           kv_bytes_per_token=cost.kv_bytes_per_token,
                           recurrent_bytes=cost.recurrent_bytes)
+
+
+def choose_spare_sequences(model: Path, weights_bytes: int, n_ctx: int, parallel: int,
+                           free_bytes: int, kv_type: str = "f16") -> int:
+    """Spare sequences for ``parallel`` running ones of the GGUF at ``model``: as many as
+    ``parallel`` (the daemon's sequences stay within ``MAX_PARALLEL``), fewer where their
+    recurrent states do not fit what the budget of the module docstring leaves after the
+    ``parallel`` sequences' cost."""
+    cost: SequenceCost = sequence_cost(read_gguf_scalars(model), kv_type)
+    most = max(0, min(parallel, MAX_PARALLEL - parallel))
+    if cost.recurrent_bytes <= 0:
+        return most
+    left = max(0, free_bytes - weights_bytes) * KV_SHARE - parallel * cost.bytes_for(n_ctx)
+    return max(0, min(most, int(left // cost.recurrent_bytes)))

@@ -38,6 +38,7 @@ __all__ = [
     "N_GPU_LAYERS",
     "PARALLEL",
     "QUEUE_LIMIT",
+    "SPARE_SEQUENCES",
     "THREADS",
     "Setting",
     "SettingsTable",
@@ -105,6 +106,13 @@ PARALLEL = Setting(
     flag="--parallel",
     help="requests per model that generate at once (continuous batching in one daemon, each "
     "promised n_ctx tokens of one shared KV pool); the rest queue")
+SPARE_SEQUENCES = Setting(
+    "spare_sequences", int, "give how many conversations to keep in the daemon beyond "
+    "parallel, e.g. spare_sequences = 8 (0: none)",
+    shown="as many as parallel where the memory allows (docs/batching.md)", low=0,
+    high=MAX_PARALLEL - 1, flag="--spare-sequences",
+    help="daemon sequences beyond --parallel that only keep conversations between their "
+    "turns, so a conversation's next turn finds its state where it left it")
 QUEUE_LIMIT = Setting("queue_limit", int, "give how many requests may wait, e.g. 16",
                       default=16, low=0, flag="--queue-limit",
                       help="requests that may wait per model before new ones get 503")

@@ -1,7 +1,9 @@
 """A model's daemon with several slots: continuous batching behind the DaemonClient API.
 
-With ``parallel = N`` (> 1) a model's daemon runs ``--parallel N`` and speaks protocol 2
-(PROTOCOL.md 9): up to N generations share its steps. ``open_slot_client`` starts it and
+With ``parallel = N`` (> 1) a model's daemon runs ``--parallel N+S`` (``S`` spare
+sequences, ``spare_sequences``) and speaks protocol 2 (PROTOCOL.md 9): up to N
+generations share its steps, and the spare sequences keep the conversations of earlier
+turns where they ran, for the prefix cache to continue there. ``open_slot_client`` starts it and
 yields a ``SlotClient``, a ``DaemonClient`` whose
 
 - ``generate`` and ``restore`` take a free slot (a daemon sequence), run there as a
@@ -28,7 +30,7 @@ The supervisor watches ``exited`` of the generating daemon; the tokenizer dying 
 it too, so both come back together.
 
 How many requests run is the model's ``RequestQueue`` (``parallel`` turns); the free
-slot list here only maps turns onto sequence numbers.
+slot list here only maps turns onto sequence numbers, all ``N+S`` of them.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ TOKENIZER_N_CTX = 64
 def tokenizer_launch(launch: DaemonLaunch) -> DaemonLaunch:
     """The tokenizer of a model launched as ``launch``: same file and role, one sequence,
     no draft, on the CPU, a tiny context, one thread."""
-    return dataclasses.replace(launch, parallel=None, n_ctx=TOKENIZER_N_CTX, threads=1,
+    return dataclasses.replace(launch, parallel=None, spare_sequences=None,
+                               n_ctx=TOKENIZER_N_CTX, threads=1,
                                n_gpu_layers=0, chunk=None, draft=None, draft_block_size=None,
                                slots=None, rpc=(), override_tensors=(), experts_in_host=None)
 
@@ -75,6 +78,7 @@ class SlotClient(DaemonClient):
         self.batch = batch
         self.tokenizer = tokenizer
         self.parallel = batch.parallel
+        """The daemon's sequences, spare ones included (``DaemonLaunch.daemon_sequences``)."""
         self._free = list(range(batch.parallel))
         self._freed = trio.Event()
         self._held: set[int] = set()

@@ -41,6 +41,7 @@ from orchestrator.settings import (
     N_GPU_LAYERS,
     PARALLEL,
     QUEUE_LIMIT,
+    SPARE_SEQUENCES,
     THREADS,
     add_flag,
     check_flag,
@@ -134,6 +135,8 @@ def add_bench_parser(sub: Any) -> None:
     add_flag(engine, PARALLEL, help="requests that generate at once: Lucerna's --parallel and "
              "llama-server's --parallel (slots); the context given or chosen is per request, "
              "and both servers hold it times this in one pool", shown="1")
+    add_flag(engine, SPARE_SEQUENCES, help="Lucerna's --spare-sequences (llama-server has no "
+             "such sequences)", shown="Lucerna's default")
     add_flag(engine, QUEUE_LIMIT, help="Lucerna's --queue-limit",
              shown=f"the largest concurrency, at least {QUEUE_LIMIT.default}")
     engine.add_argument("--startup-timeout", type=float, default=600.0,
@@ -240,7 +243,7 @@ def server_settings(args: argparse.Namespace, plan: BenchPlan, model: Path, n_ct
         n_gpu_layers=args.n_gpu_layers,
         queue_limit=args.queue_limit or max(QUEUE_LIMIT.default, *plan.concurrency),
         prompt_cache=not args.no_cache, chat_template_file=chat_template_file,
-        parallel=args.parallel or 1)
+        parallel=args.parallel or 1, spare_sequences=args.spare_sequences)
 
 
 def _bench_self_contained(args: argparse.Namespace) -> int:
@@ -287,6 +290,7 @@ def _bench_self_contained(args: argparse.Namespace) -> int:
     settings = server_settings(args, plan, model, n_ctx, template_file)
     recorded = _settings(
         args, plan, model=str(model), n_ctx=settings.n_ctx, parallel=settings.parallel,
+        spare_sequences=settings.spare_sequences,
         threads=settings.threads,
         n_gpu_layers=settings.n_gpu_layers, queue_limit=settings.queue_limit,
         prompt_cache="on" if settings.prompt_cache else "off",
@@ -360,11 +364,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          "drives the daemon without a chat template")
     if args.max_tokens < 1 or args.repeats < 1 or (args.limit is not None and args.limit < 1):
         raise SystemExit("lucerna bench: error: --max-tokens, --repeats and --limit must be >= 1")
-    if args.url and args.parallel is not None:
-        raise SystemExit("lucerna bench: error: --parallel starts its own servers: give "
-                         "--model, not --url")
+    if args.url and (args.parallel is not None or args.spare_sequences is not None):
+        raise SystemExit("lucerna bench: error: --parallel and --spare-sequences start their "
+                         "own servers: give --model, not --url")
     try:
         check_flag(PARALLEL, args.parallel)
+        check_flag(SPARE_SEQUENCES, args.spare_sequences)
     except ConfigError as exc:
         raise SystemExit(f"lucerna bench: error: {exc}") from None
     if args.url:

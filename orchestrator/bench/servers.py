@@ -90,6 +90,8 @@ class ServerSettings:
     ``n_ctx`` is each one's context: both hold one unified KV pool of ``n_ctx * parallel``
     tokens (Lucerna's ``--n-ctx`` is per sequence, llama-server's ``--ctx-size`` the pool,
     with ``--kv-unified``)."""
+    spare_sequences: int | None = None
+    """Lucerna's ``--spare-sequences``; None: its default."""
 
 
 def free_port() -> int:
@@ -104,6 +106,8 @@ def lucerna_argv(settings: ServerSettings, port: int, model_name: str) -> list[s
             "--n-ctx", str(settings.n_ctx), "--threads", str(settings.threads),
             "--queue-limit", str(settings.queue_limit)]
     argv += ["--parallel", str(settings.parallel)]  # never the memory-fitted default
+    if settings.spare_sequences is not None:
+        argv += ["--spare-sequences", str(settings.spare_sequences)]
     if settings.n_gpu_layers is not None:
         argv += ["--n-gpu-layers", str(settings.n_gpu_layers)]
     if not settings.prompt_cache:

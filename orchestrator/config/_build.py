@@ -21,11 +21,13 @@ from orchestrator.parallel_default import (
     ParallelChoice,
     backend_free_bytes,
     choose_parallel,
+    choose_spare_sequences,
     pool_tokens,
 )
 from orchestrator.prefix_cache import CacheSettings, PrefixCache, default_ram_bytes
 from orchestrator.reasoning import ReasoningControl
 from orchestrator.settings import N_CTX
+from protocol import MAX_PARALLEL
 
 if TYPE_CHECKING:
     from daemons.gguf_info import GGUFInfo
@@ -102,6 +104,8 @@ def build_models(config: LucernaConfig, native: NativeBuild,
         _check_tree(settings, where)
         _check_parallel(settings, where)
         choice = _parallel_choice(settings, path, info, proxy, native.backend)
+        choice = replace(choice, spare_sequences=_spare_sequences(
+            settings, choice, path, info, native.backend, cache.enabled, where))
         parallel = choice.parallel
         where_runs: dict[str, object] = (
             {"executable": native.binary(role.name), "model": path, "draft": draft,
@@ -112,6 +116,7 @@ def build_models(config: LucernaConfig, native: NativeBuild,
             n_ctx=(pool_tokens(settings.n_ctx or N_CTX.default, parallel) if parallel > 1
                    else settings.n_ctx),
             parallel=parallel if parallel > 1 else None,
+            spare_sequences=choice.spare_sequences or None,
             threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
             draft_block_size=settings.draft_block_size,
@@ -180,6 +185,42 @@ def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy:
         return ParallelChoice(1, "prefill: PFlash drives the target one request at a time")
     return choose_parallel(path, info.size_bytes, settings.n_ctx or N_CTX.default,
                            backend_free_bytes(backend))
+
+
+def _spare_sequences(settings: ModelSettings, choice: ParallelChoice, path: Path,
+                     info: GGUFInfo, backend: str, cache_on: bool, where: str) -> int:
+    """``spare_sequences`` as configured, else as many as fit the memory
+    (``orchestrator.parallel_default.choose_spare_sequences``), where they serve: the
+    prefix cache picks the sequence a conversation runs on (none with the cache off),
+    and only on a pool that the daemon's own sequences reuse from (not one KV stream
+    each, the deterministic mode, where the cache restores from its slots instead)."""
+    if not cache_on:
+        # Not an error where configured: the cache is one switch for the whole server
+        # (--cache-ram 0 to compare), and /status shows the 0.
+        return 0
+    why_none = ("parallel is 1 (one sequence, protocol 1)" if choice.parallel == 1
+                else "deterministic = true (one KV stream per sequence, restored from "
+                     "the cache's slots)" if settings.deterministic
+                else "a draft (its context keeps a state for every sequence)"
+                if settings.draft is not None
+                else None)
+    if settings.spare_sequences is not None:
+        if settings.spare_sequences > 0 and why_none is not None:
+            raise ConfigError(f"{where}: spare_sequences = {settings.spare_sequences} with "
+                              f"{why_none}: spare sequences keep conversations for the "
+                              "prefix cache to continue where they ran. Fix: set "
+                              "spare_sequences = 0, or leave it out.")
+        if choice.parallel + settings.spare_sequences > MAX_PARALLEL:
+            raise ConfigError(f"{where}: parallel = {choice.parallel} and spare_sequences = "
+                              f"{settings.spare_sequences} make more than the daemon's "
+                              f"{MAX_PARALLEL} sequences. Fix: make their sum at most "
+                              f"{MAX_PARALLEL}.")
+        return settings.spare_sequences
+    if why_none is not None:
+        return 0
+    free = choice.free_bytes if choice.free_bytes is not None else backend_free_bytes(backend)
+    return choose_spare_sequences(path, info.size_bytes, settings.n_ctx or N_CTX.default,
+                                  choice.parallel, free)
 
 
 def _check_tree(settings: ModelSettings, where: str) -> None:

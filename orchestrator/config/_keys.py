@@ -16,7 +16,15 @@ from daemons.roles import ROLES
 from orchestrator.api._http import MAX_BODY_BYTES
 from orchestrator.keepalive import DEFAULT_KEEPALIVE_INTERVAL_S
 from orchestrator.reasoning import EFFORT_BUDGETS
-from orchestrator.settings import N_CTX, N_GPU_LAYERS, PARALLEL, QUEUE_LIMIT, THREADS, Setting
+from orchestrator.settings import (
+    N_CTX,
+    N_GPU_LAYERS,
+    PARALLEL,
+    QUEUE_LIMIT,
+    SPARE_SEQUENCES,
+    THREADS,
+    Setting,
+)
 from orchestrator.supervisor import RestartPolicy
 
 __all__ = [
@@ -189,6 +197,7 @@ class ModelKeys:
                               "(layer 1) (--override-tensor)")
     QUEUE_LIMIT = QUEUE_LIMIT
     PARALLEL = PARALLEL
+    SPARE_SEQUENCES = SPARE_SEQUENCES
     MAX_OUTPUT_TOKENS = Setting(
         "max_output_tokens", int, "give a per-request cap in tokens, or leave it out for a "
         "quarter of the context", shown="a quarter of the context", low=1,

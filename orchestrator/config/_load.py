@@ -340,6 +340,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
                           'env = { CUDA_VISIBLE_DEVICES = "0" }')
     queue = table.read(keys.QUEUE_LIMIT)
     parallel = table.read(keys.PARALLEL)
+    spare = table.read(keys.SPARE_SEQUENCES)
     max_out = table.read(keys.MAX_OUTPUT_TOKENS)
     load = table.read(keys.LOAD)
     idle_text = table.get(keys.IDLE.key)
@@ -381,6 +382,7 @@ def _model_settings(table: SettingsTable, index: int, base: Path) -> ModelSettin
         host=host,
         queue_limit=queue,
         parallel=parallel,
+        spare_sequences=spare,
         max_output_tokens=max_out,
         restart=restart,
         prefill=prefill,

@@ -31,7 +31,8 @@ SERVER_FLAGS = (ServerKeys.HOST, ServerKeys.PORT, ServerKeys.SHUTDOWN_TIMEOUT,
                 ServerKeys.CACHE_RAM_MIB, ServerKeys.KV_CACHE_DIR, ServerKeys.KV_CACHE_DIR_MIB)
 """Flags that replace their ``[server]`` key."""
 MODEL_FLAGS = (ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
-               ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, ModelKeys.MAX_OUTPUT_TOKENS,
+               ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, ModelKeys.SPARE_SEQUENCES,
+               ModelKeys.MAX_OUTPUT_TOKENS,
                ModelKeys.EMBEDDINGS, ModelKeys.LOOKUP, ModelKeys.DRAFT_TREE,
                ModelKeys.DETERMINISTIC)
 """Flags that set their ``[[models]]`` key for every model served."""
@@ -60,6 +61,7 @@ class Overrides:
     n_gpu_layers: int | None = None
     queue_limit: int | None = None
     parallel: int | None = None
+    spare_sequences: int | None = None
     max_output_tokens: int | None = None
     restart_max_failures: int | None = None
     draft: str | None = None
@@ -94,7 +96,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                     ServerKeys.KEEPALIVE_INTERVAL,
                     ModelKeys.N_CTX, ModelKeys.THREADS, ModelKeys.N_GPU_LAYERS,
                     ModelKeys.MAX_OUTPUT_TOKENS, ServerKeys.SHUTDOWN_TIMEOUT,
-                    ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, RestartKeys.MAX_FAILURES,
+                    ModelKeys.QUEUE_LIMIT, ModelKeys.PARALLEL, ModelKeys.SPARE_SEQUENCES,
+                    RestartKeys.MAX_FAILURES,
                     ModelKeys.DRAFT, ModelKeys.LOOKUP, ModelKeys.DRAFT_TREE):
         add_flag(parser, setting)
     add_flag(parser, ModelKeys.EMBEDDINGS, nargs="?", const="mean")

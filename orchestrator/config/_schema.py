@@ -143,6 +143,10 @@ class ModelSettings:
     parallel: int | None = ModelKeys.PARALLEL.default
     """Requests that generate at once in one daemon (``--parallel``, PROTOCOL.md 9); None:
     as many as fit the memory (``orchestrator.parallel_default``)."""
+    spare_sequences: int | None = ModelKeys.SPARE_SEQUENCES.default
+    """Daemon sequences beyond ``parallel`` that only keep conversations between their
+    turns (docs/batching.md); None: as many as ``parallel`` where the memory allows
+    (``orchestrator.parallel_default.choose_spare_sequences``)."""
     max_output_tokens: int | None = ModelKeys.MAX_OUTPUT_TOKENS.default
     """Cap on the tokens of one request, whatever it asks; None: a quarter of n_ctx."""
     restart: RestartPolicy = field(default_factory=RestartPolicy)

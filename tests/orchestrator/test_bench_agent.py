@@ -148,6 +148,14 @@ def test_both_caches_are_on_by_default_and_no_cache_turns_both_off() -> None:
     assert llama_server_body(off) == {"cache_prompt": False}
 
 
+def test_spare_sequences_reach_lucerna_alone() -> None:
+    assert "--spare-sequences" not in lucerna_argv(_settings(), 2, "m")
+    spares = _settings("--parallel", "4", "--spare-sequences", "0")
+    ours = lucerna_argv(spares, 2, "m")
+    assert ours[ours.index("--spare-sequences") + 1] == "0"
+    assert "--spare-sequences" not in llama_server_argv(Path("llama-server"), spares, 1, "m")
+
+
 def test_cache_flags_need_servers_of_our_own() -> None:
     from orchestrator.bench.cli import cmd_bench
     from orchestrator.cli import build_parser

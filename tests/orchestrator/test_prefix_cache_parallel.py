@@ -47,6 +47,12 @@ def config(path: Path, test_models: dict[str, Path]) -> Path:
     tables = [f'[[models]]\nname = "{name}"\npath = "{test_models[name]}"\nn_ctx = 2048\n'
               f'threads = 1\nchunk = 64\nparallel = {PARALLEL}\ndeterministic = true\n'
               for name in MODELS]
+    # Two sequences that run and two spare ones, against two without spares, with the
+    # defaults otherwise (one pool, where the daemon's own sequences are reused).
+    for name, spares in (("spares", 2), ("no-spares", 0)):
+        tables.append(f'[[models]]\nname = "{name}"\npath = "{test_models["qwen35"]}"\n'
+                      f'n_ctx = 2048\nthreads = 1\nchunk = 64\nparallel = 2\n'
+                      f'spare_sequences = {spares}\n')
     # parallel left out: the default, fitted to the memory, with the cache on.
     tables.append(f'[[models]]\nname = "auto"\npath = "{test_models["qwen3"]}"\nn_ctx = 512\n'
                   'threads = 1\n')
@@ -181,6 +187,51 @@ def test_more_conversations_than_sequences_each_keep_their_prefix(
     after = httpx.get(f"{cached.base_url}/status").json()["models"][model]["prefix_cache"]
     assert after["ram_entries"] > before["ram_entries"]
     assert after["hits"] - before["hits"] >= 11
+
+
+def four_conversations_in_turn(server: LucernaServer, model: str) -> tuple[int, int]:
+    """Four conversations on a hybrid model, two turns each, one request at a time: the
+    snapshots the cache took during the second turns, and the fewest tokens a second
+    turn found cached short of its prompt."""
+    topics = ("lathes", "presses", "drills", "saws")
+    threads = {t: [{"role": "system", "content": SYSTEM + " Spares."}] for t in topics}
+    before = 0
+    short = 0
+    for turn in range(2):
+        if turn == 1:
+            before = status_of(server, model)["prefix_cache"]["ram_entries"]
+        for topic, messages in threads.items():
+            messages.append({"role": "user", "content": f"Turn {turn} about {topic}."})
+            body = chat(server, model, messages)
+            usage = body["usage"]
+            if turn == 1:
+                n_cached = usage["prompt_tokens_details"]["cached_tokens"]
+                short = max(short, usage["prompt_tokens"] - n_cached)
+            messages.append({"role": "assistant",
+                             "content": body["choices"][0]["message"]["content"]})
+    return status_of(server, model)["prefix_cache"]["ram_entries"] - before, short
+
+
+def status_of(server: LucernaServer, model: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{server.base_url}/status").json()["models"][model])
+
+
+def test_spare_sequences_keep_conversations_where_they_ran(
+        servers: tuple[LucernaServer, LucernaServer]) -> None:
+    """Four conversations taking turns on a model that runs two at once: with two spare
+    sequences each conversation's next turn continues on the sequence it left, so the
+    cache copies nothing out of the daemon (no snapshot of a displaced conversation: on
+    the H200 each cost 50-130 ms of every running stream's time, docs/benchmarks.md),
+    and each second turn prefills only its new tokens. Without spares the same turns
+    displace each other and the cache snapshots them."""
+    cached, _ = servers
+    status = status_of(cached, "spares")
+    assert status["parallel_choice"]["spare_sequences"] == 2
+    snapshots, short = four_conversations_in_turn(cached, "spares")
+    assert snapshots == 0
+    assert short < 30  # the new user turn and the template's tokens around it
+    snapshots, short = four_conversations_in_turn(cached, "no-spares")
+    assert snapshots >= 2
 
 
 def test_a_daemon_killed_between_turns_costs_the_conversation_nothing(
