@@ -5,7 +5,8 @@
 # 8-row step's time goes now. Packed with
 #   bin/gpu-h200-pack docs/h200/run-next/run-*.sh
 # and run as `bash build/devcarry/run-1.sh` with carry ["build/devcarry","build/devcache",".whl"].
-# No peer build (--no-peer): this call compares the engine with itself.
+# No peer build (--no-peer): this call compares the engine with itself; run-2.sh builds
+# the peer and measures spare sequences over HTTP.
 source build/devcarry/setup.sh
 T0=$(date +%s)
 python3 bin/gpu-h200-bench build --models $M --no-peer > $OUT/build.log 2>&1 || { tail -60 $OUT/build.log; exit 1; }
