@@ -13,9 +13,10 @@ that one declaration come
 
 ``N_CTX``, ``THREADS`` and ``N_GPU_LAYERS`` are declared here because every command
 that starts a daemon (``serve``, ``niah``, ``bench``) and every daemon table
-(``[[models]]``, ``[models.prefill]``) takes them, ``QUEUE_LIMIT`` because ``bench``
-passes it on to the ``serve`` it starts, and ``BEARER_KEY`` because every command
-that talks to a running Lucerna (``niah``, ``bench``) does. This module imports nothing of
+(``[[models]]``, ``[models.prefill]``) takes them, ``PARALLEL``, ``SPARE_SEQUENCES``
+and ``QUEUE_LIMIT`` because ``bench`` passes them on to the ``serve`` it starts, and
+``BEARER_KEY`` because every command that talks to a running Lucerna (``niah``,
+``bench``) does. This module imports nothing of
 ours but the error type, so a command line may import it before anything heavy.
 """
 
