@@ -120,6 +120,9 @@ class DaemonLaunch:
     spare_sequences: int | None = None
     """With ``parallel``: sequences beyond it that only keep conversations between their
     turns (orchestrator/parallel_default.py); the daemon's ``--parallel`` is the sum."""
+    checkpoint_mib: int | None = None
+    """The most host memory the sequences' checkpoints hold together (PROTOCOL.md 5.10);
+    None: no bound but 16 a sequence."""
     rpc: tuple[str, ...] = ()
     """``HOST:PORT`` of ggml RPC servers (e.g. a ds4_shard) whose devices the engine adds."""
     override_tensors: tuple[str, ...] = ()
@@ -217,6 +220,7 @@ class DaemonLaunch:
             ("chunk", self.chunk),
             ("slots", self.slots),
             ("parallel", self.daemon_sequences if self.parallel is not None else None),
+            ("checkpoint-mib", self.checkpoint_mib),
             ("rpc", ",".join(self.rpc) or None),
             ("override-tensor", ",".join(self.override_tensors) or None),
             ("experts-in-host", self.experts_in_host),

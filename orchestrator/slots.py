@@ -63,7 +63,7 @@ TOKENIZER_N_CTX = 64
 def tokenizer_launch(launch: DaemonLaunch) -> DaemonLaunch:
     """The tokenizer of a model launched as ``launch``: same file and role, one sequence,
     no draft, on the CPU, a tiny context, one thread."""
-    return dataclasses.replace(launch, parallel=None, spare_sequences=None,
+    return dataclasses.replace(launch, parallel=None, spare_sequences=None, checkpoint_mib=None,
                                n_ctx=TOKENIZER_N_CTX, threads=1,
                                n_gpu_layers=0, chunk=None, draft=None, draft_block_size=None,
                                slots=None, rpc=(), override_tensors=(), experts_in_host=None)

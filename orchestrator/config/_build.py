@@ -117,6 +117,9 @@ def build_models(config: LucernaConfig, native: NativeBuild,
                    else settings.n_ctx),
             parallel=parallel if parallel > 1 else None,
             spare_sequences=choice.spare_sequences or None,
+            # The daemon's own sequences are the cache's first tier (docs/prefix-cache.md):
+            # their checkpoints get the budget its slots get.
+            checkpoint_mib=max(1, cache.ram_bytes >> 20) if cache.enabled else None,
             threads=settings.threads,
             n_gpu_layers=settings.n_gpu_layers, chunk=settings.chunk, slots=settings.slots,
             draft_block_size=settings.draft_block_size,

@@ -33,6 +33,8 @@ def test_the_keys_are_those_of_section_5_3() -> None:
         "cancelled",
         "preempted",
         "shared_prefixes",
+        "checkpoint_bytes",
+        "checkpoints_dropped",
         "rss_kb",
         "uptime_s",
         "parked",

@@ -390,3 +390,55 @@ def test_an_idle_daemon_makes_memory_ready_for_the_next_snapshot(
         assert kept_after == 0, after  # no state took new memory: no spare to make
         assert after["states_page_locked"] == "0", after
         assert d.quit() == 0
+
+
+def three_conversations_then_repeats(spawn: Any, native: Any, path: Path, *flags: str
+                                     ) -> tuple[list[dict[str, str]], list[str]]:
+    """Three conversations on a ``--parallel=3`` daemon, one after the other on lanes 0,
+    1 and 2, each with a mark (a checkpoint there and at its prompt's end); then the
+    first and the last prompt again on their own lanes. The stats after each of the
+    three, and the repeats' done lines."""
+    from tests.native.test_batching import ONE_THREAD, Lanes, ids
+
+    daemon = spawn(native.binary("qwen35"), path, ONE_THREAD, "--chunk=8", "--parallel=3", *flags)
+    daemon.ready()
+    lanes = Lanes(daemon)
+    prompts = [[seq * 1000 + 100 + i for i in range(20)] for seq in range(3)]
+    stats = []
+    for seq, prompt in enumerate(prompts):
+        lanes.start(f"generate {ids(prompt)} 4 ignore_eos=1 marks=8", seq)
+        lanes.wait_done({seq})
+        stats.append(daemon.ok(lanes.command("stats"), "stats"))
+    repeats = []
+    for seq in (0, 2):
+        del lanes.done[seq]
+        lanes.start(f"generate {ids(prompts[seq])} 4 ignore_eos=1", seq)
+        lanes.wait_done({seq})
+        repeats.append(lanes.done[seq])
+    assert daemon.quit() == 0
+    return stats, repeats
+
+
+def test_checkpoint_mib_keeps_every_sequences_checkpoints_within_it(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    """Without a bound each of the three conversations keeps its two checkpoints and
+    both repeats start from their prompt's end. With ``--checkpoint-mib`` the
+    checkpoints stay within it, the least recently used conversation's go first, and the
+    last conversation's repeat still starts from its checkpoint, the first's from 0."""
+    path = test_models["qwen35"]
+    unbounded, repeats = three_conversations_then_repeats(spawn, native, path)
+    one = int(unbounded[0]["checkpoint_bytes"]) // 2
+    held = [int(s["checkpoint_bytes"]) for s in unbounded]
+    assert one > 0 and held == [2 * one, 4 * one, 6 * one]
+    assert all(s["checkpoints_dropped"] == "0" for s in unbounded)
+    assert all("n_cached=20 " in done for done in repeats), repeats
+    # Room for three or four checkpoints of this size, so the first conversation's two go.
+    mib = (3 * one) // (1 << 20) + 1
+    assert 3 * one < mib << 20 < 5 * one, (one, mib)
+    bounded, repeats = three_conversations_then_repeats(spawn, native, path,
+                                                        f"--checkpoint-mib={mib}")
+    assert all(int(s["checkpoint_bytes"]) <= mib << 20 for s in bounded), bounded
+    assert int(bounded[-1]["checkpoints_dropped"]) >= 2, bounded[-1]
+    assert "n_cached=0 " in repeats[0], repeats[0]
+    assert "n_cached=20 " in repeats[1], repeats[1]

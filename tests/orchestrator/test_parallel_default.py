@@ -98,6 +98,8 @@ def test_spare_sequences_only_where_the_cache_continues_on_them(
 
     status, argv = build("parallel = 3\n")
     assert status["spare_sequences"] == 3 and "--parallel=6" in argv and "--n-ctx=768" in argv
+    # The daemon's checkpoints get the budget the cache's slots get (here: 64 MiB).
+    assert "--checkpoint-mib=64" in build("parallel = 3\n", "[server]\ncache_ram_mib = 64\n")[1]
     status, argv = build("parallel = 3\nspare_sequences = 1\n")
     assert status["spare_sequences"] == 1 and "--parallel=4" in argv
     for text, server in (("parallel = 3\ndeterministic = true\n", ""),
@@ -108,6 +110,8 @@ def test_spare_sequences_only_where_the_cache_continues_on_them(
                          ("parallel = 1\n", "")):
         status, argv = build(text, server)
         assert status["spare_sequences"] == 0, text
+        bounded = any(a.startswith("--checkpoint-mib=") for a in argv)
+        assert bounded == ("cache_ram_mib = 0" not in server), text
         assert not any(a.startswith("--parallel=") and a != "--parallel=3" for a in argv)
     with pytest.raises(ConfigError, match="spare_sequences = 2 with deterministic"):
         build("parallel = 3\ndeterministic = true\nspare_sequences = 2\n")

@@ -340,6 +340,8 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             }
             if (req.reuse && (is_mark(req, pos) || pos == n_prompt || pos % (kCheckpointEveryChunks * n_chunk) == 0)) {
                 capture_checkpoint(ctx, live, engine.n_vocab);
+                session.stats.checkpoints_dropped +=
+                    bound_checkpoints(session.lanes, session.opts.checkpoint_bytes, live);
             }
             if (pos == req.snap_pos) {
                 snapshot_here();

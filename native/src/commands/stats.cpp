@@ -2,6 +2,7 @@
 
 #include "commands/handlers.h"
 #include "engine/placement.h"
+#include "engine/prefix_reuse.h"
 #include "engine/resident_set.h"
 #include "engine/rpc_server.h"
 #include "engine/state_memory.h"
@@ -38,6 +39,8 @@ std::vector<StatField> stat_fields(const Session & session) {
         i("cancelled", static_cast<int64_t>(st.cancelled)),
         i("preempted", static_cast<int64_t>(st.preempted)),
         i("shared_prefixes", static_cast<int64_t>(st.shared_prefixes)),
+        i("checkpoint_bytes", static_cast<int64_t>(checkpoint_bytes(session.lanes))),
+        i("checkpoints_dropped", static_cast<int64_t>(st.checkpoints_dropped)),
         i("rss_kb", resident_set_kb()),
         r("uptime_s", uptime_s),
         i("parked", session.parked ? 1 : 0),

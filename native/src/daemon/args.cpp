@@ -96,6 +96,10 @@ const Flag kFlags[] = {
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          opts.parallel = static_cast<int32_t>(flag_int(flag, value, 1, kMaxParallel));
      }},
+    {"--checkpoint-mib",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.checkpoint_bytes = static_cast<uint64_t>(flag_int(flag, value, 0, int64_t{1} << 30)) << 20;
+     }},
     {"--kv-unified",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
          if (value != "on" && value != "off") {

@@ -733,6 +733,8 @@ std::vector<std::string> BatchScheduler::step() {
             if (r->req.reuse &&
                 (is_mark(r->req, end) || end == r->n_prompt() || end % (kCheckpointEveryChunks * n_chunk) == 0)) {
                 capture_checkpoint(ctx, live, engine.n_vocab, lane);
+                session_.stats.checkpoints_dropped +=
+                    bound_checkpoints(session_.lanes, session_.opts.checkpoint_bytes, live);
             }
             if (end == r->req.snap_pos) {
                 session_.snapshots.put(r->req.snap_slot, capture_snapshot(ctx, live, engine.n_vocab,

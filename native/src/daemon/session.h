@@ -30,6 +30,7 @@ struct Stats {
     uint64_t cancelled = 0;
     uint64_t preempted = 0;  // times a generation was preempted for room in the KV pool
     uint64_t shared_prefixes = 0;  // generations that took their prefix from another sequence
+    uint64_t checkpoints_dropped = 0;  // to keep the sequences' checkpoints within --checkpoint-mib
     double last_prefill_tok_s = 0.0;  // of the last generate or restore; 0 before any
     double last_decode_tok_s = 0.0;
 };

@@ -56,6 +56,10 @@ struct DaemonOptions {
     // numbered 0 .. parallel-1. They share one KV pool of n_ctx cells; each has its own
     // recurrent state.
     int32_t parallel = 1;
+    // --checkpoint-mib: the most host memory the sequences' checkpoints (PROTOCOL.md 5.10)
+    // hold together, in bytes; past it the least recently used sequences' oldest ones go
+    // first (bound_checkpoints, engine/prefix_reuse.h). 0: no bound beyond 16 a sequence.
+    uint64_t checkpoint_bytes = 0;
     // --kv-unified=off: one KV stream of n_ctx / parallel cells per sequence instead of
     // the pool, so a sequence alone computes bit for bit what a --parallel 1 run does.
     bool kv_split = false;

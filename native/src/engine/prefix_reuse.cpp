@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <new>
+#include <utility>
 
 #include "engine/engine.h"
 #include "engine/log.h"
@@ -227,6 +228,40 @@ void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_voca
     } catch (const std::bad_alloc &) {
         throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory for a checkpoint");
     }
+}
+
+uint64_t checkpoint_bytes(const std::vector<LiveSequence> & sequences) {
+    uint64_t total = 0;
+    for (const LiveSequence & sequence : sequences) {
+        total += sequence.checkpoint_bytes();
+    }
+    return total;
+}
+
+uint64_t bound_checkpoints(std::vector<LiveSequence> & sequences, uint64_t budget, const LiveSequence & taken) {
+    if (budget == 0) {
+        return 0;
+    }
+    uint64_t total = checkpoint_bytes(sequences);
+    uint64_t dropped = 0;
+    while (total > budget) {
+        LiveSequence * victim = nullptr;
+        auto later = [&taken](const LiveSequence & a, const LiveSequence & b) {
+            return std::make_pair(&a == &taken, a.last_used()) > std::make_pair(&b == &taken, b.last_used());
+        };
+        for (LiveSequence & sequence : sequences) {
+            const size_t kept = &sequence == &taken ? 1 : 0;
+            if (sequence.checkpoints().size() > kept && (victim == nullptr || later(*victim, sequence))) {
+                victim = &sequence;
+            }
+        }
+        if (victim == nullptr) {
+            break;
+        }
+        total -= victim->drop_oldest_checkpoint();
+        ++dropped;
+    }
+    return dropped;
 }
 
 void reserve_checkpoint_memory(llama_context * ctx, int32_t n_sequences) {

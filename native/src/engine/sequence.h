@@ -41,6 +41,7 @@ public:
     // the engine's output row `logits_row` (-1: the decode's last output). A speculative
     // step keeps fewer rows than it decoded, so its current logits are an earlier row.
     void decoded(const int32_t * tokens, size_t n, int32_t logits_row = -1) {
+        last_used_ = ++use_clock_;
         tokens_.insert(tokens_.end(), tokens, tokens + n);
         restored_logits_.clear();
         logits_row_ = logits_row;
@@ -51,6 +52,7 @@ public:
     // still holds whatever the last decode produced, so the snapshot's logits are kept here
     // until the next decode.
     void restored(const std::vector<int32_t> & tokens, const std::vector<float> & logits) {
+        last_used_ = ++use_clock_;
         tokens_ = tokens;
         restored_logits_ = logits;
         logits_known_ = !logits.empty();
@@ -95,6 +97,15 @@ public:
             checkpoints_.erase(checkpoints_.begin());
         }
     }
+    // Drops the checkpoint at the oldest position (there must be one); the bytes it held.
+    uint64_t drop_oldest_checkpoint() {
+        const uint64_t bytes = checkpoints_.front().bytes();
+        checkpoints_.erase(checkpoints_.begin());
+        return bytes;
+    }
+    // When this sequence last decoded or was restored, on a clock all sequences share:
+    // the larger, the more recently.
+    uint64_t last_used() const { return last_used_; }
     uint64_t checkpoint_bytes() const {
         uint64_t total = 0;
         for (const auto & c : checkpoints_) {
@@ -129,6 +140,8 @@ private:
     std::vector<int32_t> tokens_;
     std::vector<Checkpoint> checkpoints_;
     std::vector<float> restored_logits_;  // empty: the logits are the context's
+    uint64_t last_used_ = 0;
+    static inline uint64_t use_clock_ = 0;  // the daemon's sequences run on one thread
     int32_t logits_row_ = -1;
     bool logits_known_ = false;
 };
