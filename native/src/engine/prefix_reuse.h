@@ -62,15 +62,15 @@ void share_prefix(llama_context * ctx, LiveSequence & live, llama_seq_id seq, co
 // current length, with the logits of its last position. No-op for models that need none.
 void capture_checkpoint(llama_context * ctx, LiveSequence & live, int32_t n_vocab, llama_seq_id seq = 0);
 
+// Host memory the checkpoints of all `sequences` hold together.
+uint64_t checkpoint_bytes(const std::vector<LiveSequence> & sequences);
+
 // Keeps the checkpoints of all `sequences` within `budget` bytes together (0: no bound),
 // right after `taken` took one: drops the oldest checkpoint of the least recently used
 // sequence that has any, again until they fit, `taken`'s last of all and never the one
 // it just took (which alone may exceed the budget). A sequence idle the longest
 // continues from its live state all the same; what it loses is rolling back to its
 // earlier prompts, and sharing them with other sequences (9.7). The checkpoints dropped.
-// Host memory the checkpoints of all `sequences` hold together.
-uint64_t checkpoint_bytes(const std::vector<LiveSequence> & sequences);
-
 uint64_t bound_checkpoints(std::vector<LiveSequence> & sequences, uint64_t budget, const LiveSequence & taken);
 
 // Makes the host memory of one checkpoint per sequence before the first request, where
