@@ -94,7 +94,7 @@ public:
         drop_checkpoints_after(checkpoint.n_tokens - 1);
         checkpoints_.push_back(std::move(checkpoint));
         if (checkpoints_.size() > kMaxCheckpoints) {
-            checkpoints_.erase(checkpoints_.begin());
+            drop_oldest_checkpoint();
         }
     }
     // Drops the checkpoint at the oldest position (there must be one); the bytes it held.
