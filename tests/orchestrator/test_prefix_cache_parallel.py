@@ -7,7 +7,9 @@ the models run with ``deterministic = true`` (``--deterministic=on``, batch-inva
 kernels, PROTOCOL.md section 1 and 9.4), where a reused prefix is bit for bit a
 recomputed one and a sequence decoded beside others is bit for bit its solo run, so the
 cached server's answers must equal the cold server's token for token, concurrent
-conversations included.
+conversations included. Two more models, ``parallel = 2`` with the defaults (not
+deterministic), one with two spare sequences and one without, show what the spares keep
+(docs/batching.md, "Spare sequences"); their reuse is checked, not their tokens.
 """
 
 from __future__ import annotations
@@ -191,8 +193,8 @@ def test_more_conversations_than_sequences_each_keep_their_prefix(
 
 def four_conversations_in_turn(server: LucernaServer, model: str) -> tuple[int, int]:
     """Four conversations on a hybrid model, two turns each, one request at a time: the
-    snapshots the cache took during the second turns, and the fewest tokens a second
-    turn found cached short of its prompt."""
+    snapshots the cache took during the second turns, and the most prompt tokens a
+    second turn did not find cached."""
     topics = ("lathes", "presses", "drills", "saws")
     threads = {t: [{"role": "system", "content": SYSTEM + " Spares."}] for t in topics}
     before = 0
