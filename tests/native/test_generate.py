@@ -160,3 +160,34 @@ def test_test_models_generate_on_the_target_role(
         assert daemon.quit() == 0
     assert runs[0] == runs[1]
     assert len(set(runs[0])) > 1  # a random model, but not a stuck one
+
+
+def test_logits_left_on_the_device_are_the_ones_read_later(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    # Engine patch 0212: a greedy pick from the graph's argmax (a speculative daemon takes
+    # it there, engine/engine.cpp) copies no logits; what reads them later copies them
+    # then. Here the kept logits of a finished generate (the same conversation again,
+    # now with logprobs, picks from them) and a snapshot's: bit for bit what a daemon
+    # that copies every row after every decode (LLAMA_LOGITS_ON_DEMAND=0) reads.
+    prompt = [9707, 11, 1879, 374, 264, 1273, 40, 1079, 264, 3363]
+    ids = "ids:" + ",".join(map(str, prompt))
+    runs = {}
+    for mode, env in (("on demand", {}), ("every row", {"LLAMA_LOGITS_ON_DEMAND": "0"})):
+        daemon = spawn(native.binary("qwen35"), test_models["qwen35"], "--n-ctx=512", "--threads=1",
+                       "--lookup=on", "--slots=1", env=env)  # fmt: skip
+        daemon.ready()
+        tokens, reply = daemon.stream_command(f"generate {ids} 12 ignore_eos=1")
+        assert daemon.ok(reply, "generate")["n_gen"] == "12"
+        daemon.ok(daemon.command("snapshot 0"), "snapshot")
+        # The sequence holds the prompt and every token but the last (never decoded).
+        held = "ids:" + ",".join(map(str, prompt + tokens[:-1]))
+        kept, reply = daemon.stream_command(f"generate {held} 4 ignore_eos=1 logprobs=2")
+        assert daemon.ok(reply, "generate")["n_cached"] == str(len(prompt) + 11)
+        assert kept[0] == tokens[-1]
+        restored, reply = daemon.stream_command(f"restore 0 {held} 4 ignore_eos=1 logprobs=2")
+        assert daemon.ok(reply, "restore")["n_reused"] == str(len(prompt) + 11)
+        runs[mode] = (tokens, kept, restored)
+        assert daemon.quit() == 0
+    assert runs["on demand"] == runs["every row"]
+    assert runs["on demand"][1] == runs["on demand"][2]

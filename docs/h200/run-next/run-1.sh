@@ -1,34 +1,40 @@
-# Device call 1 of 2 on a fresh H200, prepared 2026-12-05 (second session). Packed with
+# Device call 1 of 2 on a fresh H200, prepared 2026-12-05 (third session). Packed with
 #   bin/gpu-h200-pack docs/h200/run-next/run-*.sh
 # and run as `bash build/devcarry/run-1.sh` with carry ["build/devcarry","build/devcache",".whl"].
-# Engine patch 0211 (row tiles sharing staged activations) was measured on an H100 only
-# (docs/benchmarks.md, "Row tiles sharing staged activations"), where its default rule
-# (Q4_K from 6 columns) came from the products table. Here, on the H200: the default
-# against GGML_CUDA_MMVQ_MMA_TILES=1 (off) and =2 (every staged product), raw decode at
-# 1, 4 and 8 sequences, two rounds alternated; the products; where the 8-row step goes.
+# Engine patch 0212 leaves the logits on the device until a pick or a record reads them:
+# the H100's 8-row step copied 7.9 MB of logits (0.96 ms of memcpy a step) that greedy
+# picks never read. Here: raw decode at 1, 4 and 8 sequences with 0212 (default) against
+# LLAMA_LOGITS_ON_DEMAND=0 (every row copied, as before), alternated; the same tokens and
+# log-probabilities either way (--records, cmp); where the 8-row step goes now.
 source build/devcarry/setup.sh
 T0=$(date +%s)
 python3 bin/gpu-h200-bench build --models $M --no-peer > $OUT/build.log 2>&1 || { tail -60 $OUT/build.log; exit 1; }
 echo "build $(( $(date +%s) - T0 )) s"
 cat $M/qwen36-27b.gguf > /dev/null
-for tiles in default 1 2 default 1 2; do
-  [ $(( $(date +%s) - T0 )) -gt 450 ] && break
-  echo "== raw GGML_CUDA_MMVQ_MMA_TILES=$tiles"
-  if [ $tiles = default ]; then unset GGML_CUDA_MMVQ_MMA_TILES; else export GGML_CUDA_MMVQ_MMA_TILES=$tiles; fi
+raw() {
+  echo "== raw $1"
+  if [ $1 = eager ]; then export LLAMA_LOGITS_ON_DEMAND=0; else unset LLAMA_LOGITS_ON_DEMAND; fi
   timeout 50 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 128 --streams 1,4,8 2>&1 | tail -3
-done | tee $OUT/steps.txt
-unset GGML_CUDA_MMVQ_MMA_TILES
-echo "raw at $(( $(date +%s) - T0 )) s"
-B=build/native-cuda/bin
-for tiles in default 1; do
-  [ $(( $(date +%s) - T0 )) -gt 500 ] && break
-  echo "== GGML_CUDA_MMVQ_MMA_TILES=$tiles"
-  if [ $tiles = default ]; then unset GGML_CUDA_MMVQ_MMA_TILES; else export GGML_CUDA_MMVQ_MMA_TILES=$tiles; fi
-  timeout 40 $B/lucerna-mkmodels --gpu-matmul-check q4_K,q5_K,q6_K --threads 16 2>&1 | grep -E "gpu_matmul|error" | grep -v "cols=16"
-done > $OUT/products.txt 2>&1
-unset GGML_CUDA_MMVQ_MMA_TILES
-grep -E "^==|cols=8 " $OUT/products.txt | grep -E "^==|gbps" | head -30
-[ $(( $(date +%s) - T0 )) -lt 510 ] && timeout 80 python3 bin/gpu-kernel-profile --models $M --out $OUT/prof \
+  unset LLAMA_LOGITS_ON_DEMAND
+}
+{ raw default; raw eager; } | tee $OUT/steps.txt
+for mode in default eager; do
+  if [ $mode = eager ]; then export LLAMA_LOGITS_ON_DEMAND=0; else unset LLAMA_LOGITS_ON_DEMAND; fi
+  timeout 40 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 32 --streams 1,8 \
+      --records $OUT/records-$mode.json --logprobs 2 > $OUT/records-$mode.txt 2>&1
+  unset LLAMA_LOGITS_ON_DEMAND
+done
+cmp $OUT/records-default.json $OUT/records-eager.json && echo "records: identical"
+echo "records at $(( $(date +%s) - T0 )) s"
+[ $(( $(date +%s) - T0 )) -lt 440 ] && timeout 80 python3 bin/gpu-kernel-profile --models $M --out $OUT/prof \
     --runs batch8,decode --n-gen 32 > $OUT/prof.txt 2>&1
-grep -E "^- rows (8|1), 1[0-9]{3} kernels|^\| (8|1) \| 1[0-9]{3} " $OUT/prof.txt | head -6
+grep -E "^\| (8|1) \| 1[0-9]{3} " $OUT/prof.txt | head -4
+python3 -c "
+import json; d = json.load(open('$OUT/prof/kernel-profile.json'))
+for run in d: s = d[run]['steps'][0]; print(run, s['logits_rows'], 'span', s['span_ms'], 'memcpy', s['memcpy_per_step'], s['memcpy_ms'])
+" 2>/dev/null
+for mode in default eager; do
+  [ $(( $(date +%s) - T0 )) -gt 540 ] && break
+  raw $mode
+done | tee -a $OUT/steps.txt
 echo "end $(( $(date +%s) - T0 )) s"

@@ -148,9 +148,10 @@ void decode_speculative(Session & session, TokenPicker & picker, TokenEmitter & 
         uint64_t accepted = 0;
         bool more = true;
         while (true) {
-            const float * logits = llama_get_logits_ith(ctx, row);
-            picked = picker.pick_row(ctx, row, logits, context_argmax);
-            more = emitter.emit(picked, logits);
+            const EmittedPick pick = pick_and_emit(picker, emitter, ctx, row, context_argmax,
+                                                   [&] { return llama_get_logits_ith(ctx, row); });
+            picked = pick.token;
+            more = pick.more;
             if (more && row < k && *picked == proposals[static_cast<size_t>(row)]) {
                 ++accepted;
                 ++row;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "commands/generate.h"
+#include "engine/sampling.h"
 #include "wire/errors.h"
 
 namespace lucerna {
@@ -88,6 +89,18 @@ void TokenEmitter::emit_prompt(llama_token token, const float * logits) {
     if (!(req_.seq >= 0 ? write_framed(record_) : session_.stream.write(record_))) {
         throw ProtocolError(ErrorCode::kIoFailed, "the stream fd is closed");
     }
+}
+
+bool TokenEmitter::reads_logits() const { return req_.logprobs >= 0; }
+
+EmittedPick pick_and_emit(TokenPicker & picker, TokenEmitter & emitter, llama_context * ctx, int32_t row,
+                          bool context_argmax, const std::function<const float *()> & logits_of) {
+    const float * logits =
+        picker.reads_logits(row, context_argmax) || emitter.reads_logits() ? logits_of() : nullptr;
+    EmittedPick result;
+    result.token = picker.pick_row(ctx, row, logits, context_argmax);
+    result.more = emitter.emit(result.token, logits);
+    return result;
 }
 
 bool TokenEmitter::emit(std::optional<llama_token> picked, const float * logits) {

@@ -16,6 +16,7 @@
 namespace lucerna {
 
 struct GenerateRequest;
+class TokenPicker;
 
 enum class Finish { kNone, kEog, kLength, kStop, kCancelled };
 
@@ -44,6 +45,9 @@ public:
     // Throws io_failed.
     void emit_prompt(llama_token token, const float * logits);
 
+    // Whether emit() reads the logits it is given: for log-probabilities.
+    bool reads_logits() const;
+
     // Ends the generation before any pick (a cancel that came during prefill).
     void cancel() { finish_ = Finish::kCancelled; }
     bool cancelled() const { return cancelled_(); }
@@ -68,5 +72,21 @@ private:
     std::vector<int32_t> frame_;
     std::vector<std::pair<float, llama_token>> top_;
 };
+
+// What pick_and_emit did: the pick (nullopt: the grammar is complete), and whether the
+// generation goes on (TokenEmitter::emit).
+struct EmittedPick {
+    std::optional<llama_token> token;
+    bool more = false;
+};
+
+// Picks the token for output row `row` of the context's last decode
+// (TokenPicker::pick_row) and emits it. `logits_of` gives that row's logits (the
+// engine's, or a sequence's copy); it is called only where the pick or its record reads
+// them. A greedy pick from the graph's argmax with no log-probabilities reads none, and
+// the engine then never copies that row to the host (engine patch 0212: a step of 8
+// sequences copied 7.9 MB of logits nothing read).
+EmittedPick pick_and_emit(TokenPicker & picker, TokenEmitter & emitter, llama_context * ctx, int32_t row,
+                          bool context_argmax, const std::function<const float *()> & logits_of);
 
 }  // namespace lucerna

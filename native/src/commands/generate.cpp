@@ -370,13 +370,13 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
             decode_speculative(session, picker, emitter, batch, spec_counters, choice);
         } else {
             while (true) {
-                const float * logits = live.last_logits(ctx);
-                const std::optional<llama_token> picked =
-                    picker.pick_row(ctx, live.context_row(), logits, session.engine.output_argmax);
-                if (!emitter.emit(picked, logits)) {
+                const EmittedPick picked = pick_and_emit(picker, emitter, ctx, live.context_row(),
+                                                         session.engine.output_argmax,
+                                                         [&] { return live.last_logits(ctx); });
+                if (!picked.more) {
                     break;
                 }
-                const llama_token token = *picked;
+                const llama_token token = *picked.token;
                 batch.clear();
                 batch.add(token, live.size(), /*want_logits =*/true);
                 decode_or_throw(ctx, batch, "decode");

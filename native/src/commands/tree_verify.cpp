@@ -66,20 +66,20 @@ TreeStepResult verify_tree(llama_context * ctx, Batch & batch, const TokenTree &
     int32_t depth = 0;  // rows of the branch committed before this pick
     while (true) {
         const int32_t row = branch * width + depth;
-        const float * logits = llama_get_logits_ith(ctx, row);
-        const std::optional<llama_token> picked = picker.pick_row(ctx, row, logits, context_argmax);
-        result.more = emitter.emit(picked, logits);
+        const EmittedPick picked = pick_and_emit(picker, emitter, ctx, row, context_argmax,
+                                                 [&] { return llama_get_logits_ith(ctx, row); });
+        result.more = picked.more;
         if (!result.more) {
             break;
         }
-        result.next = *picked;
-        const int32_t child = depth + 1 < width ? tree.child(node, *picked) : -1;
+        result.next = *picked.token;
+        const int32_t child = depth + 1 < width ? tree.child(node, *picked.token) : -1;
         if (child < 0) {
             break;
         }
         node = child;
         branch = nodes[static_cast<size_t>(child)].branch;
-        result.committed.push_back(*picked);
+        result.committed.push_back(*picked.token);
         ++depth;
     }
     result.accepted = depth;

@@ -365,9 +365,11 @@ bool BatchScheduler::verify(Running & r) {
     bool more = true;
     std::optional<llama_token> picked;
     while (true) {
-        const float * logits = llama_get_logits_ith(ctx, r.row + i);
-        picked = r.picker->pick_row(ctx, r.row + i, logits, session_.engine.output_argmax);
-        more = r.emitter->emit(picked, logits);
+        const int32_t row = r.row + i;
+        const EmittedPick pick = pick_and_emit(*r.picker, *r.emitter, ctx, row, session_.engine.output_argmax,
+                                               [&] { return llama_get_logits_ith(ctx, row); });
+        picked = pick.token;
+        more = pick.more;
         if (more && i < k && *picked == r.proposals[static_cast<size_t>(i)]) {
             ++accepted;
             ++i;
@@ -565,14 +567,14 @@ std::vector<std::string> BatchScheduler::step() {
         if (!r->has_pending) {
             LiveSequence & live = session_.lanes[static_cast<size_t>(r->lane())];
             try {
-                const float * logits = live.last_logits(ctx);
-                const std::optional<llama_token> picked =
-                    r->picker->pick_row(ctx, live.context_row(), logits, session_.engine.output_argmax);
-                if (!r->emitter->emit(picked, logits)) {
+                const EmittedPick picked =
+                    pick_and_emit(*r->picker, *r->emitter, ctx, live.context_row(), session_.engine.output_argmax,
+                                  [&] { return live.last_logits(ctx); });
+                if (!picked.more) {
                     done.push_back(finish(*r));
                     continue;
                 }
-                r->pending = *picked;
+                r->pending = *picked.token;
                 r->has_pending = true;
             } catch (const ProtocolError & error) {
                 done.push_back(fail(*r, error.code(), error.what()));

@@ -230,6 +230,11 @@ LoadedModel load_model(const DaemonOptions & opts, const std::string & arch, boo
             throw ProtocolError(ErrorCode::kContextFailed, "the engine could not create a context with n_ctx=" +
                                                                std::to_string(loaded.n_ctx));
         }
+        // Logits rows stay on the device until a pick or a record reads one (engine patch
+        // 0212, commands/emit.h pick_and_emit): greedy steps on a GPU copy none. On the CPU
+        // a row's copy is a memcpy either way; it is on there too, so that every test
+        // drives the path the GPU takes.
+        llama_set_output_logits_on_demand(loaded.context.get(), true);
         if (opts.speculative() || loaded.backend != "cpu") {
             // Greedy picks read each row's argmax as an id computed beside the logits, one
             // kernel over all rows, instead of scanning vocabulary-wide rows on the host:

@@ -81,7 +81,7 @@ llama_token TokenPicker::pick_device_argmax(llama_context * ctx, int32_t row) {
 
 std::optional<llama_token> TokenPicker::pick_row(llama_context * ctx, int32_t row, const float * logits,
                                                  bool context_argmax) {
-    if (context_argmax && row >= 0 && argmax_only()) {
+    if (!reads_logits(row, context_argmax)) {
         return pick_device_argmax(ctx, row);
     }
     return pick(logits);

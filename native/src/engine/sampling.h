@@ -41,6 +41,11 @@ public:
     // take on the device (pick_row), and there is no state to advance.
     bool argmax_only() const { return !chain_ && grammar_ == nullptr; }
 
+    // Whether pick_row reads the row's logits: not where it takes the graph's argmax.
+    bool reads_logits(int32_t row, bool context_argmax) const {
+        return !(context_argmax && row >= 0 && argmax_only());
+    }
+
     // The pick for output row `row` of the context's last decode, whose logits are
     // `logits`: the graph's argmax of the row where the context takes it
     // (`context_argmax`, llama_set_output_argmax), the row is the context's (`row` >= 0)
