@@ -3,7 +3,9 @@
 The trace is native/profiler/kernel_trace.cpp's: one tab-separated line per kernel,
 memcpy or memset (``kind start_ns end_ns stream graph bytes name``). A *step* is one
 forward of a model: everything the GPU ran up to and including the copy that brings
-its logits to the host, which every forward ends with (the daemon samples on the host).
+its logits to the host. Every forward ends with one where the daemon runs with
+``LLAMA_LOGITS_ON_DEMAND=0``, as ``bin/gpu-kernel-profile`` starts it; engine patch 0212
+otherwise copies only the rows a pick or a record reads.
 Steps of one kind (a 1-token decode, a 16-token verify, a draft forward) run the same
 kernels, so steps are grouped by how many logits rows they copied and how many kernels
 they ran, and each group is summarised by its median step:

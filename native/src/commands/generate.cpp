@@ -380,7 +380,9 @@ std::string run_generation(Session & session, const GenerateRequest & req, uint6
                 batch.clear();
                 batch.add(token, live.size(), /*want_logits =*/true);
                 decode_or_throw(ctx, batch, "decode");
-                live.decoded(&token, 1);
+                // Its logits are output row 0, so a greedy pick reads the graph's argmax
+                // there (pick_and_emit) and no row is copied to the host.
+                live.decoded(&token, 1, /*logits_row =*/0);
             }
         }
         const double decode_ms = elapsed_ms(t_decode);
