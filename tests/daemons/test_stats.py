@@ -30,6 +30,7 @@ def test_the_keys_are_those_of_section_5_3() -> None:
         "tokens_prompt",
         "tokens_generated",
         "forwards",
+        "graphs_reused",
         "cancelled",
         "preempted",
         "shared_prefixes",

@@ -288,6 +288,41 @@ def test_a_step_admitting_prompts_of_several_lengths_is_one_forward(
     assert forwards == {"ragged": n_long, "split": n_long + 3}
 
 
+def test_eight_decoding_sequences_keep_their_graph_as_the_kv_pool_fills(
+    spawn: Any, native: Any, test_models: dict[str, Path]
+) -> None:
+    # A decode step of 8 sequences fills 8 cells of the shared KV pool. The pinned
+    # engine pads the attention's window (n_kv) to 256 cells, so it grew every 32 steps,
+    # and each growth built the graph again (on CUDA also two steps launched kernel by
+    # kernel and a capture). Engine patch 0214 pads a small micro-batch by 256 cells a
+    # token: after the admission's forward and the first two decode steps' (on this
+    # hybrid model the second's recurrent-state inputs differ from the first's; on qwen3
+    # only the first builds), every step reuses its graph (`graphs_reused`, PROTOCOL.md
+    # 5.3). LLAMA_KV_PAD_PER_TOKEN=0 pads as the pinned engine does: 99 prompt cells and
+    # 8 x 63 decoded ones pass 256 and 512, two more builds.
+    n_gen = 64
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
+    assert sum(map(len, prompts)) == 99
+    lines = [f"generate {ids(p)} {n_gen} ignore_eos=1 seq={seq}" for seq, p in enumerate(prompts)]
+    built = {}
+    for mode, env in (("default", {}), ("upstream", {"LLAMA_KV_PAD_PER_TOKEN": "0"})):
+        daemon = spawn(native.binary("qwen35"), test_models["qwen35"], ONE_THREAD, "--chunk=128",
+                       "--lookup=off", "--parallel=8", "--n-ctx=4096", env=env)  # fmt: skip
+        daemon.ready()
+        lanes = Lanes(daemon)
+        before = daemon.ok(lanes.command("stats"), "stats")
+        daemon.send("\n".join(lines))  # one write: one step admits all eight
+        assert [lanes.next_reply() for _ in lines] == [f"ok generate seq={s}" for s in range(8)]
+        lanes.wait_done(set(range(8)))
+        assert all(len(lanes.tokens[seq]) == n_gen for seq in range(8))
+        after = daemon.ok(lanes.command("stats"), "stats")
+        forwards = int(after["forwards"]) - int(before["forwards"])
+        assert forwards == n_gen  # the admission's, then one a token
+        built[mode] = forwards - (int(after["graphs_reused"]) - int(before["graphs_reused"]))
+        assert daemon.quit() == 0
+    assert built == {"default": 3, "upstream": 5}
+
+
 def test_gemma3_concurrent_sequences_complete(spawn: Any, native: Any, default_model: Path) -> None:
     # Q4_K_M weights: batched tokens differ from solo ones (module docstring).
     daemon = spawn(native.binary("qwen35"), default_model, ONE_THREAD, "--chunk=8", "--parallel=4",

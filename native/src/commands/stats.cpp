@@ -36,6 +36,7 @@ std::vector<StatField> stat_fields(const Session & session) {
         i("tokens_prompt", static_cast<int64_t>(st.tokens_prompt)),
         i("tokens_generated", static_cast<int64_t>(st.tokens_generated)),
         i("forwards", ctx ? static_cast<int64_t>(llama_n_forwards(ctx)) : 0),
+        i("graphs_reused", ctx ? static_cast<int64_t>(llama_perf_context(ctx).n_reused) : 0),
         i("cancelled", static_cast<int64_t>(st.cancelled)),
         i("preempted", static_cast<int64_t>(st.preempted)),
         i("shared_prefixes", static_cast<int64_t>(st.shared_prefixes)),
