@@ -295,11 +295,12 @@ def test_eight_decoding_sequences_keep_their_graph_as_the_kv_pool_fills(
     # engine pads the attention's window (n_kv) to 256 cells, so it grew every 32 steps,
     # and each growth built the graph again (on CUDA also two steps launched kernel by
     # kernel and a capture). Engine patch 0214 pads a micro-batch of several sequences by
-    # 256 cells a sequence: after the admission's forward and the first two decode steps' (on this
-    # hybrid model the second's recurrent-state inputs differ from the first's; on qwen3
-    # only the first builds), every step reuses its graph (`graphs_reused`, PROTOCOL.md
-    # 5.3). LLAMA_KV_PAD_PER_SEQ=0 pads as the pinned engine does: 99 prompt cells and
-    # 8 x 63 decoded ones pass 256 and 512, two more builds.
+    # 256 cells a sequence: after the admission's forward and the first two decode
+    # steps' (on this hybrid model the second's recurrent-state inputs differ from the
+    # first's; on qwen3 only the first builds), every step reuses its graph
+    # (`graphs_reused`, PROTOCOL.md 5.3). LLAMA_KV_PAD_PER_SEQ=0 pads as the pinned
+    # engine does: 99 prompt cells and 8 x 63 decoded ones pass 256 and 512, two more
+    # builds.
     n_gen = 64
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(8)]
     assert sum(map(len, prompts)) == 99
