@@ -1,25 +1,32 @@
-# Device call 2 of 2, on the H200 run-1.sh left warm (`bash build/devcarry/run-2.sh`,
+# Device call 2 of 3, on the H200 run-1.sh left warm (`bash build/devcarry/run-2.sh`,
 # carry ["build/devcarry",".whl"] only: carrying build/devcache again would replace the
-# engine build). Prepared 2026-12-05 (fourth session). Its build step adds the peer
-# llama-server to the engine build call 1 left.
-# Issue 13's benchmark as written: Lucerna (--parallel 8, spare sequences by default)
-# against llama-server at the same --parallel, both prompt caches on, same GGUF, same
-# run; with engine patch 0214 (the default), then LLAMA_KV_PAD_PER_SEQ=0 (the peer is
-# the pristine engine: the variable is nothing to it).
+# engine build). Prepared 2026-12-07. Raw decode at 1 and 8 sequences, 256 tokens, engine
+# patch 0215 (default) against GGML_CUDA_MMVQ_MMA_SB_SUMS=0, alternated; both ways' tokens
+# and log-probabilities at 8 sequences (--records: 0215 rounds differently, so they are
+# compared, not expected equal); where the 8-row step goes now (gpu-kernel-profile).
 source build/devcarry/setup.sh
 T0=$(date +%s)
-python3 bin/gpu-h200-bench build --models $M > $OUT/build.log 2>&1 || { tail -60 $OUT/build.log; exit 1; }
-echo "build $(( $(date +%s) - T0 )) s"
-cat $M/qwen36-27b.gguf > /dev/null
-n=0
-for mode in default upstream; do
-  [ $(( $(date +%s) - T0 )) -gt 400 ] && break
-  n=$((n + 1))
-  if [ $mode = upstream ]; then export LLAMA_KV_PAD_PER_SEQ=0; else unset LLAMA_KV_PAD_PER_SEQ; fi
-  timeout 180 python3 -m orchestrator.cli bench --model $M/qwen36-27b.gguf --against llama-server --parallel 8 \
-      --concurrency 1,8 --max-tokens 64 --repeats 2 --n-ctx 32768 --threads 16 \
-      --out $OUT/vs-peer-$n-$mode.json > $OUT/vs-peer-$n-$mode.txt 2>&1
-  echo "round $n $mode (rc $?)"; grep -E "^\| *(lucerna|llama)" $OUT/vs-peer-$n-$mode.txt | head -8
-  echo "at $(( $(date +%s) - T0 )) s"
+setting() {
+  unset GGML_CUDA_MMVQ_MMA_SB_SUMS
+  if [ $1 = legacy ]; then export GGML_CUDA_MMVQ_MMA_SB_SUMS=0; fi
+}
+for mode in default legacy default legacy; do
+  echo "== raw $mode"; setting $mode
+  timeout 60 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 256 --streams 1,8 2>&1 | tail -2
+done | tee $OUT/steps.txt
+for mode in default legacy; do
+  setting $mode
+  timeout 40 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 64 --streams 1,8 \
+      --records $OUT/records-$mode.json --logprobs 2 > $OUT/records-$mode.txt 2>&1
 done
+echo "records at $(( $(date +%s) - T0 )) s"
+setting default
+[ $(( $(date +%s) - T0 )) -lt 420 ] && timeout 100 python3 bin/gpu-kernel-profile --models $M --out $OUT/prof \
+    --runs batch8,decode --n-gen 32 > $OUT/prof.txt 2>&1
+grep -E "^\| (8|1) \| 1[0-9]{3} " $OUT/prof.txt | head -4
+for mode in default legacy; do
+  [ $(( $(date +%s) - T0 )) -gt 530 ] && break
+  echo "== raw $mode"; setting $mode
+  timeout 50 python3 bin/batched-step-profile --model $M/qwen36-27b.gguf --tokens 128 --streams 1,4,8 2>&1 | tail -3
+done | tee -a $OUT/steps.txt
 echo "end $(( $(date +%s) - T0 )) s"
