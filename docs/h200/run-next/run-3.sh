@@ -1,4 +1,5 @@
-# Device call 3 of 3, on the H200 left warm (`bash build/devcarry/run-3.sh`, carry
+# Device call 2 on the H200 run-1.sh left warm (run-2.sh, records and the kernel profile, is
+# for a session with device time to spare), or call 3 after run-2.sh (`bash build/devcarry/run-3.sh`, carry
 # ["build/devcarry",".whl"]). Prepared 2026-12-07. Its build step adds the peer
 # llama-server to the engine build of call 1. Issue 13's benchmark as written: Lucerna
 # (--parallel 8) against llama-server at the same --parallel, both prompt caches on, same
