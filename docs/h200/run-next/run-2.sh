@@ -1,5 +1,5 @@
-# Device call 2 of 3, on the H200 run-1.sh left warm (`bash build/devcarry/run-2.sh`,
-# carry ["build/devcarry",".whl"] only: carrying build/devcache again would replace the
+# An optional device call on the H200 run-1.sh left warm (`bash build/devcarry/run-2.sh`,
+# carry ["build/devcarry",".whl"] only, needs_h200 true: carrying build/devcache again would replace the
 # engine build). Prepared 2026-12-07. Raw decode at 1 and 8 sequences, 256 tokens, engine
 # patch 0215 (default) against GGML_CUDA_MMVQ_MMA_SB_SUMS=0, alternated; both ways' tokens
 # and log-probabilities at 8 sequences (--records: 0215 rounds differently, so they are

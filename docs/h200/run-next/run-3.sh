@@ -1,9 +1,9 @@
-# Device call 2 on the H200 run-1.sh left warm (run-2.sh, records and the kernel profile, is
-# for a session with device time to spare), or call 3 after run-2.sh (`bash build/devcarry/run-3.sh`, carry
-# ["build/devcarry",".whl"]). Prepared 2026-12-07. Its build step adds the peer
-# llama-server to the engine build of call 1. Issue 13's benchmark as written: Lucerna
+# Device call 2 on the H200 run-1.sh left warm (`bash build/devcarry/run-3.sh`, carry
+# ["build/devcarry",".whl"], needs_h200 true). Prepared 2026-12-07. Its build step adds the
+# peer llama-server to the engine build of call 1. Issue 13's benchmark as written: Lucerna
 # (--parallel 8) against llama-server at the same --parallel, both prompt caches on, same
-# GGUF, same run, with engine patch 0215; 256 tokens, then 64 as the time allows.
+# GGUF, same run, with engine patches 0215-0217; 256 tokens, then 64 as the time allows.
+# run-2.sh (records and the kernel profile) is for a session with device time to spare.
 source build/devcarry/setup.sh
 T0=$(date +%s)
 python3 bin/gpu-h200-bench build --models $M > $OUT/build.log 2>&1 || { tail -60 $OUT/build.log; exit 1; }
