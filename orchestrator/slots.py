@@ -156,30 +156,78 @@ class SlotClient(DaemonClient):
                 self._give_back(seq)
 
 
+class _Tokenizer:
+    """A model's tokenizer daemon, held open by a task of its own so that it starts beside
+    the model's daemon: a (re)start waits for the slower of the two instead of their sum
+    (for the default model on a CPU, the tokenizer's load and park took 1.4 s of a
+    2.5 s restart)."""
+
+    def __init__(self) -> None:
+        self.client: DaemonClient | None = None
+        self.failure: Exception | None = None
+        self.settled = trio.Event()
+        """Set once the tokenizer is parked, or failed to start."""
+        self.release = trio.Event()
+        """Set to stop it."""
+
+    async def hold(self, launch: DaemonLaunch, ready_timeout: float) -> None:
+        try:
+            async with open_daemon(tokenizer_launch(launch), ready_timeout=ready_timeout) as client:
+                await client.park()
+                self.client = client
+                self.settled.set()
+                await self.release.wait()
+        except Exception as exc:  # raised by ``started`` in the task that opens the slots
+            self.failure = exc
+        finally:
+            self.settled.set()
+
+    async def started(self) -> DaemonClient:
+        await self.settled.wait()
+        if self.client is None:
+            assert self.failure is not None
+            raise self.failure
+        return self.client
+
+
 @asynccontextmanager
 async def open_slot_client(launch: DaemonLaunch, *,
                            ready_timeout: float = 600.0) -> AsyncIterator[SlotClient]:
-    """Start the tokenizer and the ``--parallel`` daemon of ``launch``; always clean up."""
+    """Start the tokenizer and the ``--parallel`` daemon of ``launch`` at once; always
+    clean up (the daemon first). If either fails to start, the other is stopped and the
+    caller gets that failure itself (the daemon's, where both failed), not an
+    ExceptionGroup."""
     workdir = Path(tempfile.mkdtemp(prefix=f"lucerna-{launch.role.name}-slots-"))
+    tokenizer = _Tokenizer()
+    failure: BaseException | None = None
     try:
-        async with open_daemon(tokenizer_launch(launch),
-                               ready_timeout=ready_timeout) as tokenizer:
-            await tokenizer.park()
-            async with (open_daemon_process(launch, ready_timeout=ready_timeout) as daemon,
-                        open_batch_client(daemon) as batch,
-                        trio.open_nursery() as nursery):
+        async with trio.open_nursery() as tokenizer_nursery:
+            tokenizer_nursery.start_soon(tokenizer.hold, launch, ready_timeout)
+            try:
+                async with open_daemon_process(launch, ready_timeout=ready_timeout) as daemon:
+                    tokenizer_client = await tokenizer.started()
+                    async with (open_batch_client(daemon) as batch,
+                                trio.open_nursery() as nursery):
 
-                async def tokenizer_watch() -> None:
-                    await tokenizer.exited.wait()
-                    log.error("%s tokenizer daemon pid %d died; restarting the model's "
-                              "daemon with it", launch.role.name, tokenizer.pid)
-                    daemon.kill()
+                        async def tokenizer_watch() -> None:
+                            await tokenizer_client.exited.wait()
+                            log.error("%s tokenizer daemon pid %d died; restarting the model's "
+                                      "daemon with it", launch.role.name, tokenizer_client.pid)
+                            daemon.kill()
 
-                nursery.start_soon(tokenizer_watch)
-                try:
-                    yield SlotClient(daemon, workdir, batch, tokenizer)
-                finally:
-                    nursery.cancel_scope.cancel()
+                        nursery.start_soon(tokenizer_watch)
+                        try:
+                            yield SlotClient(daemon, workdir, batch, tokenizer_client)
+                        finally:
+                            nursery.cancel_scope.cancel()
+            except BaseException as exc:
+                failure = exc
+                if tokenizer.client is None:  # still starting: no use for it now
+                    tokenizer_nursery.cancel_scope.cancel()
+            finally:
+                tokenizer.release.set()
+        if failure is not None:
+            raise failure
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -17,19 +17,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import trio
 
+from daemons.errors import DaemonStartError
 from daemons.native import NativeBuild
+from daemons.roles import ROLES, DaemonLaunch
 from orchestrator.config import Overrides, apply_overrides, build_models, load_config
 from orchestrator.errors import ConfigError, QueueFullError
 from orchestrator.scheduler import RequestQueue
+from orchestrator.slots import open_slot_client
 from tests.conftest import LucernaServer
 
 PARALLEL = 4
@@ -344,6 +349,29 @@ async def test_the_tokenizer_dying_restarts_the_model(slots_server: SlotsServer)
         assert now["restarts"] == status["restarts"] + 1 and now["pid"] != status["pid"]
         assert "tokenizer daemon pid" in slots_server.log()
         assert (await complete(client, PROMPTS[1]))["finish_reason"] in ("stop", "length")
+
+
+def test_the_tokenizer_and_the_daemon_start_at_once(slots_server: SlotsServer) -> None:
+    # Both were started before either was ready: a (re)start waits for the slower one.
+    pattern = re.compile(r"started \S+ daemon pid (?P<started>\d+)|daemon pid \d+ ready:")
+    first = ["started" if m["started"] else "ready" for m in pattern.finditer(slots_server.log())]
+    assert first[:4] == ["started", "started", "ready", "ready"], first[:4]
+
+
+async def test_a_daemon_that_fails_to_start_stops_its_tokenizer(
+    native: NativeBuild, test_models: dict[str, Path], tmp_path: Path,
+) -> None:
+    # The draft is the daemon's alone: its tokenizer starts, and must not outlive it.
+    launch = DaemonLaunch(role=ROLES["qwen35"], executable=native.binary("qwen35"),
+                          model=test_models["qwen3"], n_ctx=N_CTX * PARALLEL, threads=1,
+                          parallel=PARALLEL, draft=tmp_path / "missing-draft.gguf")
+    children_before = {child.pid for child in psutil.Process().children(recursive=True)}
+    with pytest.raises(DaemonStartError, match="refused to start"):
+        async with open_slot_client(launch):
+            pytest.fail("a daemon with a missing draft came up")
+    left = [child for child in psutil.Process().children(recursive=True)
+            if child.pid not in children_before]
+    assert left == [], [child.cmdline() for child in left]
 
 
 CITY_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "population"],
