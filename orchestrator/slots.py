@@ -185,6 +185,9 @@ class _Tokenizer:
     async def started(self) -> DaemonClient:
         await self.settled.wait()
         if self.client is None:
+            # Without a failure, its start was cancelled, and so is this task (the
+            # tokenizer's nursery is cancelled only from outside, or after this returns).
+            await trio.lowlevel.checkpoint()
             assert self.failure is not None
             raise self.failure
         return self.client
