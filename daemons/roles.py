@@ -145,6 +145,9 @@ class DaemonLaunch:
     """With ``draft_tree``: its most branches; None: the daemon's default."""
     deterministic: bool = False
     """``--deterministic=on``: batch-invariant kernels (PROTOCOL.md section 1)."""
+    parked: bool = False
+    """``--parked=on``: start with the target parked, its vocabulary alone loaded
+    (PROTOCOL.md 5.6); a tokenizer daemon starts so."""
     extra_args: tuple[str, ...] = ()
     # Prepended to argv, e.g. ("ssh", "host") or ("ip", "netns", "exec", "h2").
     launcher: tuple[str, ...] = ()
@@ -234,6 +237,7 @@ class DaemonLaunch:
             # (PROTOCOL.md section 1); n_ctx is already n_ctx per sequence times parallel.
             ("kv-unified", "off" if self.deterministic and (self.parallel or 1) > 1 else None),
             ("lookup", self.lookup),
+            ("parked", "on" if self.parked else None),
             ("keepalive-ms", self.keepalive_ms if self.channel == "stdout" else None),
         )
         args.extend(f"--{name}={value}" for name, value in options if value is not None)

@@ -21,9 +21,9 @@ yields a ``SlotClient``, a ``DaemonClient`` whose
 - ``tokenize`` goes to a second daemon of the same model, the **tokenizer**: a daemon
   tokenizes only between generations (a version 1 stream command waits, 9.3), so a
   request that arrives while N others stream would wait for all of them before its
-  prompt could even be read. The tokenizer runs on the CPU with a tiny context and is
-  parked as soon as it is ready (PROTOCOL.md 5.6: weights and context released, the
-  vocabulary kept), so it costs a process and its vocabulary (50 MiB resident for the
+  prompt could even be read. The tokenizer runs on the CPU and starts parked
+  (``--parked=on``, PROTOCOL.md 5.6: the vocabulary alone is loaded, never the weights
+  or a context), so it costs a process and its vocabulary (50 MiB resident for the
   default model).
 
 The supervisor watches ``exited`` of the generating daemon; the tokenizer dying kills
@@ -57,16 +57,19 @@ __all__ = ["TOKENIZER_N_CTX", "SlotClient", "open_model_daemon", "open_slot_clie
 log = logging.getLogger("lucerna.slots")
 
 TOKENIZER_N_CTX = 64
-"""The tokenizer daemon's context: it never decodes, and is parked once ready."""
+"""The tokenizer daemon's ``n_ctx``: it starts parked and never decodes, so no context is
+ever made; were it unparked, a tiny one."""
 
 
 def tokenizer_launch(launch: DaemonLaunch) -> DaemonLaunch:
     """The tokenizer of a model launched as ``launch``: same file and role, one sequence,
-    no draft, on the CPU, a tiny context, one thread."""
+    no draft, on the CPU, a tiny context, one thread, started parked (its vocabulary
+    alone: the weights are never read)."""
     return dataclasses.replace(launch, parallel=None, spare_sequences=None, checkpoint_mib=None,
                                n_ctx=TOKENIZER_N_CTX, threads=1,
                                n_gpu_layers=0, chunk=None, draft=None, draft_block_size=None,
-                               slots=None, rpc=(), override_tensors=(), experts_in_host=None)
+                               slots=None, rpc=(), override_tensors=(), experts_in_host=None,
+                               parked=True)
 
 
 class SlotClient(DaemonClient):
@@ -166,14 +169,13 @@ class _Tokenizer:
         self.client: DaemonClient | None = None
         self.failure: Exception | None = None
         self.settled = trio.Event()
-        """Set once the tokenizer is parked, or failed to start."""
+        """Set once the tokenizer is ready, or failed to start."""
         self.release = trio.Event()
         """Set to stop it."""
 
     async def hold(self, launch: DaemonLaunch, ready_timeout: float) -> None:
         try:
             async with open_daemon(tokenizer_launch(launch), ready_timeout=ready_timeout) as client:
-                await client.park()
                 self.client = client
                 self.settled.set()
                 await self.release.wait()

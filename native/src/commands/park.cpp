@@ -19,6 +19,7 @@
 #endif
 
 #include "engine/resident_set.h"
+#include "engine/snapshot_files.h"
 #include "engine/state_memory.h"
 #include "wire/errors.h"
 
@@ -78,10 +79,16 @@ void park_target(Session & session) {
 void unpark_target(Session & session) {
     LoadedModel & engine = session.engine;
     LoadedModel loaded = load_model(session.opts, engine.arch, /*with_context =*/true);  // throws: stay parked
+    // A daemon started parked (--parked=on) learns the n_ctx its context gets, and so
+    // its state's identity, only now.
+    std::string identity = session.state_identity.empty()
+                               ? state_identity(session.opts, loaded.backend, loaded.n_ctx)
+                               : session.state_identity;
     engine.context.reset();
     engine.model.reset();
     engine.placement.reset();
     engine = std::move(loaded);
+    session.state_identity = std::move(identity);
     session.clear_lanes();
     session.parked = false;
     session.spec.attach(engine.context.get());

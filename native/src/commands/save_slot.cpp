@@ -8,13 +8,26 @@
 #include "wire/errors.h"
 
 namespace lucerna {
+namespace {
+
+// What a snapshot file carries and must match: unknown in a daemon started parked until
+// its first unpark (PROTOCOL.md 5.6).
+const std::string & known_identity(const Session & session) {
+    if (session.state_identity.empty()) {
+        throw ProtocolError(ErrorCode::kParked, "the daemon started parked and its state is not known yet; "
+                                                "send unpark first");
+    }
+    return session.state_identity;
+}
+
+}  // namespace
 
 std::string handle_save_slot(Session & session, const CommandLine & cmd) {
     cmd.expect_positional(2, "save_slot <slot> <path>");
     cmd.check_options({}, "save_slot <slot> <path>");
     const int32_t slot = session.snapshots.parse_slot(cmd.positional[0]);
     const std::string & path = cmd.positional[1];
-    const uint64_t bytes = session.snapshot_writer.enqueue(session.snapshots.share(slot), session.state_identity, path);
+    const uint64_t bytes = session.snapshot_writer.enqueue(session.snapshots.share(slot), known_identity(session), path);
     return OkReply("save_slot").add("slot", slot).add("bytes", bytes).line();
 }
 
@@ -25,7 +38,7 @@ std::string handle_load_slot(Session & session, const CommandLine & cmd) {
     const std::string & path = cmd.positional[1];
     std::unique_ptr<Snapshot> snapshot;
     try {
-        snapshot = read_snapshot_file(path, session.state_identity);
+        snapshot = read_snapshot_file(path, known_identity(session));
     } catch (const std::bad_alloc &) {
         throw ProtocolError(ErrorCode::kSnapshotFailed, "out of host memory to load " + path);
     }

@@ -28,6 +28,13 @@ int64_t flag_int(const std::string & flag, const std::string & value, int64_t mi
     return *parsed;
 }
 
+bool flag_on(const std::string & flag, const std::string & value) {
+    if (value != "on" && value != "off") {
+        throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be on or off");
+    }
+    return value == "on";
+}
+
 double flag_real(const std::string & flag, const std::string & value, double min, double max) {
     const std::optional<double> parsed = parse_decimal(value);
     if (!parsed || !(*parsed >= min && *parsed <= max)) {
@@ -102,10 +109,7 @@ const Flag kFlags[] = {
      }},
     {"--kv-unified",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
-         if (value != "on" && value != "off") {
-             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be on or off");
-         }
-         opts.kv_split = value == "off";
+         opts.kv_split = !flag_on(flag, value);
      }},
     {"--max-line",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
@@ -169,10 +173,11 @@ const Flag kFlags[] = {
      }},
     {"--deterministic",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
-         if (value != "on" && value != "off") {
-             throw ProtocolError(ErrorCode::kBadFlag, flag + "=" + value + " must be on or off");
-         }
-         opts.deterministic = value == "on";
+         opts.deterministic = flag_on(flag, value);
+     }},
+    {"--parked",
+     [](const std::string & flag, const std::string & value, DaemonOptions & opts) {
+         opts.parked = flag_on(flag, value);
      }},
     {"--kv-type",
      [](const std::string & flag, const std::string & value, DaemonOptions & opts) {

@@ -139,6 +139,9 @@ std::string ready_line(const RoleInfo & role, const LoadedModel & engine, const 
     if (engine.deterministic) {
         add("deterministic", "1");
     }
+    if (role.generates && !engine.context) {  // --parked=on
+        add("parked", "1");
+    }
     if (!identity.empty()) {
         add("state_id", state_id(identity));
     }
@@ -260,6 +263,10 @@ int run_daemon(Role role, int argc, char ** argv) {
     try {
         opts = parse_daemon_args(argc, argv);
         check_placement_flags(role, opts.placement);
+        if (opts.parked && !info.generates) {
+            throw ProtocolError(ErrorCode::kBadFlag, std::string("--parked=on: ") + info.binary +
+                                                         " holds weights only and cannot park");
+        }
         arch = read_gguf_architecture(opts.model_path);
         if (std::find(info.archs.begin(), info.archs.end(), arch) == info.archs.end()) {
             throw ProtocolError(ErrorCode::kWrongArch, std::string(info.binary) + " serves " + joined_archs(info) +
@@ -278,7 +285,8 @@ int run_daemon(Role role, int argc, char ** argv) {
     // After the engine: the draft's context must go before the target's (its ctx_other).
     std::unique_ptr<Speculator> spec;
     try {
-        engine = load_model(opts, arch, /*with_context =*/info.generates);
+        // Started parked: the vocabulary alone, as `park target` leaves it (commands/park.cpp).
+        engine = load_model(opts, arch, /*with_context =*/info.generates && !opts.parked);
         spec = std::make_unique<Speculator>(opts, engine.n_vocab);
         if (engine.context) {
             spec->attach(engine.context.get());
@@ -286,8 +294,8 @@ int run_daemon(Role role, int argc, char ** argv) {
     } catch (const ProtocolError & error) {
         return fail_startup(out, error);
     }
-    std::string identity;
-    if (info.generates) {
+    std::string identity;  // started parked: computed by the first unpark (commands/park.cpp)
+    if (engine.context) {
         try {
             identity = state_identity(opts, engine.backend, engine.n_ctx);
         } catch (const ProtocolError & error) {
@@ -317,6 +325,7 @@ int run_daemon(Role role, int argc, char ** argv) {
     TokenStream stream = opts.one_channel ? TokenStream(out) : TokenStream(opts.stream_fd);
     CancelState cancel;
     Session session(info, opts, engine, stream, cancel, *spec);
+    session.parked = opts.parked;
     session.state_identity = identity;
     Dispatcher dispatcher(session);
     BatchScheduler scheduler(session);

@@ -77,6 +77,10 @@ struct DaemonOptions {
     // CPU backend to its reference paths), so greedy tokens do not depend on the prefill
     // chunk, a verify block, other sequences or a restore (PROTOCOL.md section 1).
     bool deterministic = false;
+    // --parked=on|off: start with the target parked (PROTOCOL.md 5.6): a vocabulary-only
+    // load and no context, as after `park target`. A tokenizer daemon starts so instead of
+    // loading the weights only to release them again.
+    bool parked = false;
 
     // Speculative decoding (qwen35 role, PROTOCOL.md 5.9).
     std::string draft_path;        // --draft: DFlash draft GGUF; empty: none
