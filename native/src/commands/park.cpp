@@ -14,10 +14,6 @@
 // parked. Without a draft, draft=absent and parking it is a no-op.
 #include "commands/handlers.h"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include "engine/resident_set.h"
 #include "engine/snapshot_files.h"
 #include "engine/state_memory.h"
@@ -69,11 +65,7 @@ void park_target(Session & session) {
     session.clear_lanes();
     drop_kept_state_blocks();  // unpark reserves them again (engine/prefix_reuse.h)
     session.parked = true;
-#if defined(__GLIBC__)
-    // The model's and context's smaller host allocations come back to the heap, not the
-    // system; without this a parked daemon keeps tens of MB it no longer uses.
-    malloc_trim(0);
-#endif
+    return_free_heap();
 }
 
 void unpark_target(Session & session) {
@@ -100,9 +92,7 @@ std::string handle_park(Session & session, const CommandLine & cmd) {
     const Which which = parse_which(cmd, "park [target|draft|all]");
     if (which != Which::kTarget) {
         session.spec.park_draft();
-#if defined(__GLIBC__)
-        malloc_trim(0);
-#endif
+        return_free_heap();
     }
     if (which != Which::kDraft && !session.parked) {
         park_target(session);

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/gguf_probe.h"
 #include "engine/log.h"
+#include "engine/resident_set.h"
 #include "engine/rpc_server.h"
 #include "engine/snapshot_files.h"
 #include "engine/speculative.h"
@@ -287,6 +288,9 @@ int run_daemon(Role role, int argc, char ** argv) {
     try {
         // Started parked: the vocabulary alone, as `park target` leaves it (commands/park.cpp).
         engine = load_model(opts, arch, /*with_context =*/info.generates && !opts.parked);
+        if (opts.parked) {
+            return_free_heap();  // the vocabulary's load scratch, as park leaves it
+        }
         spec = std::make_unique<Speculator>(opts, engine.n_vocab);
         if (engine.context) {
             spec->attach(engine.context.get());

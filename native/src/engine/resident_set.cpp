@@ -4,6 +4,10 @@
 #include <fstream>
 #include <string>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace lucerna {
 
 int64_t resident_set_kb() {
@@ -15,6 +19,12 @@ int64_t resident_set_kb() {
         }
     }
     return -1;
+}
+
+void return_free_heap() {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
 }
 
 }  // namespace lucerna
