@@ -358,6 +358,20 @@ def test_the_tokenizer_and_the_daemon_start_at_once(slots_server: SlotsServer) -
     assert first[:4] == ["started", "started", "ready", "ready"], first[:4]
 
 
+async def test_the_tokenizer_starts_parked(
+    native: NativeBuild, test_models: dict[str, Path],
+) -> None:
+    # Its vocabulary alone: it never reads the weights, and it tokenizes.
+    launch = DaemonLaunch(role=ROLES["qwen35"], executable=native.binary("qwen35"),
+                          model=test_models["qwen3"], n_ctx=N_CTX * PARALLEL, threads=1,
+                          parallel=PARALLEL)
+    async with open_slot_client(launch) as client:
+        assert client.tokenizer.ready is not None and client.tokenizer.ready.fields["parked"] == "1"
+        assert (await client.tokenizer.stats())["parked"] == "1"
+        assert (await client.stats())["parked"] == "0"
+        assert len(await client.tokenize("The quick brown fox")) >= 4
+
+
 async def test_a_daemon_that_fails_to_start_stops_its_tokenizer(
     native: NativeBuild, test_models: dict[str, Path], tmp_path: Path,
 ) -> None:
