@@ -153,10 +153,12 @@ def cmd_test(args: argparse.Namespace) -> int:
             ensure_client(spec, progress)
     root = repo_root()
     python = sys.executable
+    tier = ["--full", "--record-durations", str(root / "tests" / "durations.json")
+            ] if args.full else []
     steps: list[tuple[str, list[str]]] = [
         ("ruff", [python, "-m", "ruff", "check", "."]),
         ("mypy", [python, "-m", "mypy"]),
-        ("pytest", [python, "-m", "pytest", *args.extra]),
+        ("pytest", [python, "-m", "pytest", *tier, *args.extra]),
     ]
     for name, command in steps:
         progress(f"running {name}: {' '.join(command[2:])}")
@@ -264,7 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_prefill_arguments(serve)
     serve.set_defaults(func=cmd_serve)
 
-    test = sub.add_parser("test", help="set up, then run ruff, mypy and pytest")
+    test = sub.add_parser("test", help="set up, then run ruff, mypy and pytest (the fast tier; "
+                          "--full: every test at full depth, as CI runs it)")
+    test.add_argument("--full", action="store_true",
+                      help="the full tier (tests/_tiers.py): every matrix entry, full-depth "
+                      "fuzz, kills and soaks; records tests/durations.json")
     test.set_defaults(func=cmd_test, passthrough="pytest")
 
     setup = sub.add_parser("setup", help="build the engine and daemons, fetch the embedded models")

@@ -1,8 +1,15 @@
-"""Shared fixtures: the real engine, daemons and models, built once per session.
+"""Shared fixtures: the real engine, daemons and models, built once per session; the tiers.
 
 Nothing here is a fake: fixtures build the native daemons against the pinned
 engine, assemble the real default model, and start real servers as subprocesses,
-exactly as a user runs them.
+exactly as a user runs them. (The in-memory daemon for the middle layer is
+tests/fake_daemon.py, and says so.)
+
+Two tiers run the same tests (tests/_tiers.py): the fast one by default, the full one
+with ``--full`` (``bin/lucerna test --full``, CI). They differ by depth, not by
+coverage: a matrix runs its first entry in the fast tier and every entry in the full
+one (``tiered``), and a test that repeats something (kills, cycles, fuzz lines, a soak)
+asks ``depth(quick=..., full=...)`` how often.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import pytest
 from daemons.default_model import ensure_chat_model, ensure_default_model
 from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
+from tests._tiers import Depth, TierPlugin
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,6 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="skip the tests that run the real coding agents (tests/clients; "
                      "`bin/lucerna test --no-clients` also skips installing them). CI "
                      "never passes it.")
+    TierPlugin.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(TierPlugin(config), "lucerna-tiers")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -40,6 +53,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("clients") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def depth(pytestconfig: pytest.Config) -> Depth:
+    """How deep this tier goes: ``depth(quick=10, full=100)`` (tests/_tiers.py)."""
+    return Depth(full=bool(pytestconfig.getoption("--full")))
 
 
 @pytest.fixture(scope="session")
