@@ -155,11 +155,17 @@ def cmd_test(args: argparse.Namespace) -> int:
     python = sys.executable
     tier = ["--full", "--record-durations", str(root / "tests" / "durations.json")
             ] if args.full else []
+    pytest = ["coverage", "run", "-m", "pytest"] if args.coverage else ["pytest"]
     steps: list[tuple[str, list[str]]] = [
         ("ruff", [python, "-m", "ruff", "check", "."]),
         ("mypy", [python, "-m", "mypy"]),
-        ("pytest", [python, "-m", "pytest", *tier, *args.extra]),
+        ("pytest", [python, "-m", *pytest, *tier, *args.extra]),
     ]
+    if args.coverage:
+        shutil.rmtree(root / "build" / "coverage", ignore_errors=True)
+        (root / "build" / "coverage").mkdir(parents=True)
+        steps += [("coverage", [python, "-m", "coverage", "combine", "--quiet"]),
+                  ("coverage", [python, "-m", "coverage", "report", "--sort=cover"])]
     for name, command in steps:
         progress(f"running {name}: {' '.join(command[2:])}")
         code = subprocess.call(command, cwd=root)
@@ -271,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--full", action="store_true",
                       help="the full tier (tests/_tiers.py): every matrix entry, full-depth "
                       "fuzz, kills and soaks; records tests/durations.json")
+    test.add_argument("--coverage", action="store_true",
+                      help="measure line coverage of orchestrator/, daemons/ and protocol/ "
+                      "(subprocesses included) and print the report")
     test.set_defaults(func=cmd_test, passthrough="pytest")
 
     setup = sub.add_parser("setup", help="build the engine and daemons, fetch the embedded models")

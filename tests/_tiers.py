@@ -21,6 +21,7 @@ Both run the same tests; they differ by depth, not by coverage:
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Generator, Iterable, Sequence
@@ -62,6 +63,11 @@ def tiered(values: Iterable[Any], ids: Sequence[str] | None = None) -> list[Any]
     return params
 
 
+def _measuring_coverage() -> bool:
+    coverage = sys.modules.get("coverage")
+    return coverage is not None and coverage.Coverage.current() is not None
+
+
 class TierPlugin:
     """The tiers' collection, timing and recording rules (see the module docstring)."""
 
@@ -72,6 +78,8 @@ class TierPlugin:
         self.record_path = Path(record) if record else None
         self.seconds: dict[str, float] = defaultdict(float)
         self.started = time.monotonic()
+        # A coverage run measures lines, not the tier's times (tracing slows every line).
+        self.timed = not self.full and not _measuring_coverage()
 
     @staticmethod
     def add_options(parser: pytest.Parser) -> None:
@@ -98,7 +106,7 @@ class TierPlugin:
                                   call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        if (self.full or report.when != "call" or not report.passed
+        if (not self.timed or report.when != "call" or not report.passed
                 or item.get_closest_marker("slow") is not None
                 or report.duration <= FAST_CALL_LIMIT_S):
             return

@@ -27,11 +27,18 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import settings
 
 from daemons.default_model import ensure_chat_model, ensure_default_model
 from daemons.native import NativeBuild, ensure_native
 from daemons.paths import repo_root
 from tests._tiers import Depth, TierPlugin
+
+# No per-example deadline: two workers share two cores with daemons and servers, and an
+# example's wall time says nothing about the property under test. What each property
+# covers (its examples) is hypothesis's default, the same in both tiers.
+settings.register_profile("lucerna", deadline=None)
+settings.load_profile("lucerna")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
