@@ -43,6 +43,7 @@ from typing import Any
 import pytest
 
 from protocol import FramedStreamReader, SeqEnd, SeqRecord
+from tests._tiers import Depth
 
 ONE_THREAD = "--threads=1"
 
@@ -528,11 +529,12 @@ def frames_its_output(line: bytes) -> bool:
 
 
 def test_fuzz_lines_against_running_sequences(
-    spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path
+    spawn: Any, native: Any, test_models: dict[str, Path], tmp_path: Path, depth: Depth
 ) -> None:
-    """10,000 lines, most of them protocol 2 forms, while up to 4 sequences run: every
-    line gets exactly one reply in order, every accepted generation exactly one end
-    record and then one done line with its token count, and the daemon survives."""
+    """10,000 lines (1,000 in the fast tier), most of them protocol 2 forms, while up to 4
+    sequences run: every line gets exactly one reply in order, every accepted generation
+    exactly one end record and then one done line with its token count, and the daemon
+    survives."""
     from tests.native.test_robustness import LineFuzzer, expected_reply
 
     max_line = 4096
@@ -585,7 +587,7 @@ def test_fuzz_lines_against_running_sequences(
         del running[seq]
         counts["done"] += 1
 
-    n_lines = 10_000
+    n_lines = depth(quick=1_000, full=10_000)
     for index in range(n_lines):
         # Few lines that wait (PROTOCOL.md 9.3): each lets every running sequence end.
         raw = v2_line() if r.random() < 0.985 else fuzzer.line().decode("utf-8", "replace")
@@ -634,8 +636,9 @@ def test_fuzz_lines_against_running_sequences(
     while running:
         on_done(daemon.readline(timeout=60))
     print(f"fuzz: {counts}")
-    assert counts["accepted"] > 500 and counts["max_running"] == 4 and counts["waited"] > 20
-    assert counts["beside_running"] > 6_000
+    assert (counts["accepted"] > n_lines // 20 and counts["max_running"] == 4
+            and counts["waited"] > n_lines // 500)
+    assert counts["beside_running"] > n_lines * 6 // 10
     assert daemon.quit() == 0
 
 

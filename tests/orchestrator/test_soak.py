@@ -1,4 +1,5 @@
-"""Soak: 64 concurrent streaming clients for 60 s, random disconnects, one daemon kill.
+"""Soak: 64 concurrent streaming clients for 60 s (5 s in the fast tier), random
+disconnects, one daemon kill a third of the way in.
 
 Afterwards nothing may have leaked (front-end tasks and fds, daemon processes) and every
 stream that ran to its end must be well-formed as the OpenAI wire format defines it.
@@ -19,11 +20,10 @@ import pytest
 import trio
 
 from daemons.native import NativeBuild
+from tests._tiers import Depth
 from tests.conftest import LucernaServer
 
 CLIENTS = 64
-DURATION_S = 60.0
-KILL_AT_S = 20.0
 
 
 @dataclass
@@ -89,7 +89,9 @@ async def client_loop(base_url: str, seed: int, tally: Tally) -> None:
 
 
 @pytest.mark.slow
-async def test_soak(native: NativeBuild, default_model: Path, tmp_path: Path) -> None:
+async def test_soak(native: NativeBuild, default_model: Path, tmp_path: Path,
+                    depth: Depth) -> None:
+    duration_s = depth(quick=5.0, full=60.0)
     server = LucernaServer(tmp_path / "serve.log", "--model", "default",
                            "--n-ctx", "1024", "--queue-limit",
                            str(CLIENTS))
@@ -101,10 +103,10 @@ async def test_soak(native: NativeBuild, default_model: Path, tmp_path: Path) ->
         tally = Tally()
 
         async def kill_daemon_once() -> None:
-            await trio.sleep(KILL_AT_S)
+            await trio.sleep(duration_s / 3)
             os.kill(first_pid, signal.SIGKILL)
 
-        with trio.move_on_after(DURATION_S):
+        with trio.move_on_after(duration_s):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(kill_daemon_once)
                 for seed in range(CLIENTS):
@@ -125,7 +127,8 @@ async def test_soak(native: NativeBuild, default_model: Path, tmp_path: Path) ->
         server.stop()
 
     assert not tally.malformed, tally.malformed[:5]
-    assert tally.completed >= 10, tally  # a busy 2-core box serves a few per second
+    # A busy 2-core box serves a few per second, around a restart.
+    assert tally.completed >= depth(quick=2, full=10), tally
     assert tally.disconnected > 0, tally
     assert tally.refused == 0, tally
     model = after["models"]["gemma3-270m"]
