@@ -1,4 +1,4 @@
-"""Soak: 64 concurrent streaming clients for 60 s (5 s in the fast tier), random
+"""Soak: 64 concurrent streaming clients for 60 s (10 s in the fast tier), random
 disconnects, one daemon kill a third of the way in.
 
 Afterwards nothing may have leaked (front-end tasks and fds, daemon processes) and every
@@ -91,7 +91,7 @@ async def client_loop(base_url: str, seed: int, tally: Tally) -> None:
 @pytest.mark.slow
 async def test_soak(native: NativeBuild, default_model: Path, tmp_path: Path,
                     depth: Depth) -> None:
-    duration_s = depth(quick=5.0, full=60.0)
+    duration_s = depth(quick=10.0, full=60.0)
     server = LucernaServer(tmp_path / "serve.log", "--model", "default",
                            "--n-ctx", "1024", "--queue-limit",
                            str(CLIENTS))
