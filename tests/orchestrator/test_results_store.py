@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from daemons.paths import repo_root
 from orchestrator.bench.results_store import add_run, check_store, dump_index, dump_run, main
 from orchestrator.errors import ConfigError
 
@@ -17,6 +18,10 @@ ENTRY = {"id": "cpu-1207-decode", "date": "2026-12-07", "commit": "88415f9",
          "command": "lucerna bench decode --model default-chat",
          "file": "runs/cpu-1207-decode.json"}
 RUN = {"steps.txt": ["1 streams: 86.4 tok/s aggregate"], "bench.json": {"rows": [1, 2, 3]}}
+
+
+def test_the_repositorys_store_passes_its_check() -> None:
+    assert check_store(repo_root()) == []
 
 
 def _store(root: Path, entries: list[dict[str, str]] | None = None,
