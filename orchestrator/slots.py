@@ -163,7 +163,8 @@ class _Tokenizer:
     """A model's tokenizer daemon, held open by a task of its own so that it starts beside
     the model's daemon: a (re)start waits for the slower of the two instead of their sum
     (for the default model on a CPU, the tokenizer's load and park took 1.4 s of a
-    2.5 s restart, before it started parked; docs/benchmarks.md, "Restart after a kill")."""
+    2.5 s restart, before it started parked: git show 7a0c96e:docs/benchmarks.md,
+    "Restart after a kill")."""
 
     def __init__(self) -> None:
         self.client: DaemonClient | None = None

@@ -104,7 +104,8 @@ class EventStreamResponse(StreamingResponse):
         self._pump = pump  # the generation ``events`` reads, run beside it (keepalive.py)
         # Set once the pump's generation has reached the daemon: the headers' send then
         # overlaps the prefill instead of delaying the generate command (0.3-0.6 ms of
-        # TTFT, docs/benchmarks.md). Waited on at most HEADERS_WAIT_S, so a generation
+        # TTFT: git show 7a0c96e:docs/benchmarks.md, "Orchestration overhead"). Waited on
+        # at most HEADERS_WAIT_S, so a generation
         # that fails or waits for a restarting daemon still gets its headers and
         # keep-alives promptly.
         self._headers_after = headers_after

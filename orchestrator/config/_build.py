@@ -176,8 +176,8 @@ def _parallel_choice(settings: ModelSettings, path: Path, info: GGUFInfo, proxy:
     """``parallel`` as configured, else one with a draft or PFlash, else as
     many sequences as fit the memory (``orchestrator.parallel_default``). The prefix
     cache and prompt lookup run on every sequence (docs/prefix-cache.md, PROTOCOL.md
-    9.5): on CPU 4 sequences with lookup gave 1.22x the tokens per CPU second of 1 with
-    it (docs/benchmarks.md, "Prompt lookup with several sequences")."""
+    9.5): on CPU 4 sequences with lookup gave 48.3 tok/s against 39.4 for 1 with it
+    (docs/benchmarks.md, "Engine patches on the CPU")."""
     if settings.parallel is not None:
         return ParallelChoice(settings.parallel, "configured")
     if settings.draft is not None:

@@ -66,7 +66,7 @@ class PrefillKeys:
     CHUNK = Setting("chunk", int, "give a chunk size in tokens, e.g. 32", default=32, low=1)
     POOL = Setting("pool", int, "give a pooling width in tokens, e.g. 13", default=13, low=1)
     # Longer prompts are scored a segment at a time, so scoring stays linear in the
-    # prompt's length (PROTOCOL.md 5.7; docs/benchmarks.md: 128K on the H200).
+    # prompt's length (PROTOCOL.md 5.7; docs/benchmarks.md, "PFlash": 128K on the H200).
     SEGMENT = Setting("segment", int, "give a segment length in tokens, e.g. 8192, or 0 to "
                       "score every prompt in one pass", default=8192, low=0)
     UPSTREAM = Setting("upstream", str, 'give a base URL such as "http://gpu-box:8080/v1"',

@@ -5,14 +5,15 @@
 largest |x| of each watched activation per layer (native/src/mkmodels/activation_probe.h).
 Before issue 14, every qwen35-shaped file drew its Gated DeltaNet decay rates around
 zero, so half the heads' state grew by a constant factor per token: past 1e9 after 256
-tokens, F32 overflow and NaN logits near 1000 (docs/benchmarks.md, "Numerically sane
-27B test weights"). A bound far under F16's 65504 also keeps an F16 KV cache and the GPU
-kernels' F16 intermediates finite.
+tokens, F32 overflow and NaN logits near 1000 (git show 7a0c96e:docs/benchmarks.md,
+"Numerically sane 27B test weights"). A bound far under F16's 65504 also keeps an F16 KV
+cache and the GPU kernels' F16 intermediates finite.
 
 Before generator 3 the 27B shape's LM head had Gaussian rows: logits of one std whose
 top two lie about 0.2 std apart, often far closer, so two computations that differ by
-rounding alone parted within 20 tokens (docs/benchmarks.md), and CUDA against the CPU
-at once. Generator 3 gives the head a clear top token, as a trained model has.
+rounding alone parted within 20 tokens (git show 7a0c96e:docs/benchmarks.md), and CUDA
+against the CPU at once. Generator 3 gives the head a clear top token, as a trained model
+has.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import pytest
 from daemons.blocking import BlockingDaemon
 
 # Trained models keep their residual stream within a few hundred; our files measure
-# under 10 (docs/benchmarks.md). F16 overflows at 65504.
+# under 10 (git show 7a0c96e:docs/benchmarks.md, "Numerically sane 27B test weights").
+# F16 overflows at 65504.
 BOUND = 1000.0
 
 
@@ -79,7 +81,8 @@ def test_the_27b_shape_cut_to_four_layers_stays_in_range(native: Any, cut_27b: P
 
 def greedy_with_gaps(native: Any, model: Path, kv_type: str) -> list[list[tuple[int, float]]]:
     """(token, top-2 logprob gap) at each position, 10 tokens after each of 2 prompts
-    (docs/benchmarks.md holds 32 after each of 3, at 4 and 16 layers)."""
+    (the notebook measured 32 after each of 3, at 4 and 16 layers: git show
+    7a0c96e:docs/benchmarks.md; at 64 layers on CUDA: docs/benchmarks.md, "Parity")."""
     daemon = BlockingDaemon(native.binary("qwen35"), model, "--n-ctx=64", "--threads=2",
                             f"--kv-type={kv_type}")
     try:
@@ -101,6 +104,7 @@ def test_rounding_does_not_change_the_27b_shapes_greedy_tokens(native: Any, cut_
     bf16 = greedy_with_gaps(native, cut_27b, "bf16")
     assert [[t for t, _ in run] for run in bf16] == [[t for t, _ in run] for run in f16]
     # Generator 2 measured a median gap of 0.2 nat and minima of 0.003 against rounding
-    # differences of 0.05 (docs/benchmarks.md); generator 3 at least 8 nats.
+    # differences of 0.05 (git show 7a0c96e:docs/benchmarks.md); generator 3 at least
+    # 8 nats.
     gaps = [gap for run in f16 for _, gap in run]
     assert min(gaps) > 1.0, gaps

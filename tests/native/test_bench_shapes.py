@@ -2,7 +2,7 @@
 
 Only the PFlash drafter shape (0.64 GB, seconds to write) runs here; the 27B target
 and its DFlash draft are the same code at sizes only the GPU machine writes
-(docs/benchmarks.md). The drafter must carry Qwen3-0.6B's real shape and vocabulary,
+(docs/gpu.md). The drafter must carry Qwen3-0.6B's real shape and vocabulary,
 and serve ``compress`` on the pflash daemon.
 """
 

@@ -48,7 +48,8 @@ def test_an_unknown_weight_type_is_refused(native: Any) -> None:
 
 def test_the_gpu_matmul_check_says_when_there_is_no_gpu(native: Any) -> None:
     # --gpu-matmul-check (mkmodels/gpu_matmul_check.h) measures engine patch 0203's CUDA
-    # kernel against the CPU backend; its figures are in docs/benchmarks.md. A build
+    # kernel against the CPU backend (what it measured: git show
+    # 7a0c96e:docs/benchmarks.md, "A small-batch K-quant kernel"). A build
     # without a GPU backend, as CI's, says so instead of timing the CPU.
     done = subprocess.run([str(native.mkmodels), "--gpu-matmul-check", "q4_K"],
                           capture_output=True, text=True, timeout=60)

@@ -24,7 +24,7 @@ tests assert the result exactly, token for token, on every path that changes the
 test models and gemma3-270m (Q4_K_M). To keep CI quick, chunks of 1 (one engine step
 per prompt token) run the first 8 prompts (one wave of 8 concurrent sequences);
 bin/greedy-divergence measures 16 prompts x 64 tokens on every path and model
-(docs/benchmarks.md).
+(docs/benchmarks.md, "Greedy divergence and the deterministic mode").
 """
 
 from __future__ import annotations

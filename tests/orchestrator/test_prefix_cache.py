@@ -9,7 +9,8 @@ Equality holds where the engine computes a position the same way whatever the ba
 the test models run in the deterministic mode (``deterministic = true``, batch-invariant
 kernels, PROTOCOL.md section 1), where a reused prefix and a recomputed one are bit for
 bit the same. The default gemma3-270m runs with the defaults here, where a reused state
-may round differently at a near-tie (docs/benchmarks.md), so for it the test checks the
+may round differently at a near-tie (docs/benchmarks.md, "Greedy divergence and the
+deterministic mode"), so for it the test checks the
 reuse and not the tokens (tests/native/test_deterministic.py checks its tokens in the
 mode).
 """

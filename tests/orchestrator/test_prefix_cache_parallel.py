@@ -223,7 +223,8 @@ def test_spare_sequences_keep_conversations_where_they_ran(
     """Four conversations taking turns on a model that runs two at once: with two spare
     sequences each conversation's next turn continues on the sequence it left, so the
     cache copies nothing out of the daemon (no snapshot of a displaced conversation: on
-    the H200 each cost 50-130 ms of every running stream's time, docs/benchmarks.md),
+    the H200 each cost 50-130 ms of every running stream's time: git show
+    7a0c96e:docs/benchmarks.md, "Admissions and the prefix cache on the H200"),
     and each second turn prefills only its new tokens. Without spares the same turns
     displace each other and the cache snapshots them."""
     cached, _ = servers

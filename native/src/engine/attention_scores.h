@@ -12,12 +12,14 @@
 // and only the final micro-batch is built without (attention_scores.cpp:
 // set_flash_attn); a prefill that formed ubatch x n_kv blocks per layer made compress
 // quadratic in memory traffic (on an H200, PFlash's first token at 64K came after 21.3 s;
-// 6.0 s with this, docs/benchmarks.md). Where the engine has no flash attention, the
+// 6.0 s with this: git show 7a0c96e:docs/benchmarks.md, "Issue 7"). Where the engine
+// has no flash attention, the
 // whole scoring context runs without it, its ubatch sized to keep that block bounded.
 //
 // Segments. One pass costs a prefill of the whole prompt, whose attention grows with
 // the square of its length: at 128K tokens that was 8 of the 0.6B drafter's 12.9 s on
-// an H200 (docs/benchmarks.md). With `segment=N` the prompt's body is scored N tokens
+// an H200 (git show 7a0c96e:docs/benchmarks.md; segments: docs/benchmarks.md, "PFlash").
+// With `segment=N` the prompt's body is scored N tokens
 // at a time: each pass clears the cache, prefills the prompt's first few tokens (the
 // attention sinks) and one segment, then decodes the lookahead
 // queries, which score that segment's tokens. Positions in a pass are consecutive (the

@@ -82,8 +82,8 @@ struct LoadedModel {
     // reading and converting every key again, where the plain path multiplies all rows
     // by the keys at once; a one-token step is faster with it. So: a CPU speculative
     // daemon with --flash-attn=auto, one sequence, not --deterministic (whose verify rows
-    // must round as one-token steps do). Measured: docs/benchmarks.md, "Prompt lookup
-    // without flash attention in verify blocks".
+    // must round as one-token steps do). Measured: git show 7a0c96e:docs/benchmarks.md,
+    // "Prompt lookup without flash attention in verify blocks".
     bool verify_without_flash_attn = false;
 };
 

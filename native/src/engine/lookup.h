@@ -11,8 +11,9 @@
 // autoregressive decoding does.
 //
 // When it proposes adapts to how the last steps went (LookupBudget). A verify step costs
-// more than a one-token step (on CPU a 16-row verify of the default model about eight
-// of them, docs/benchmarks.md), and on text that does not repeat its context (prose)
+// more than a one-token step (on CPU a 16-row verify of the chat default about five of
+// them, docs/benchmarks.md, "Engine patches on the CPU"), and on text that does not
+// repeat its context (prose)
 // most matches are short-lived, so after a step that accepted less than half of its
 // proposals the next steps decode alone, twice as many after each such step in a row
 // (up to kMaxBackoff), and a step that accepted at least half ends the back-off.
@@ -26,7 +27,8 @@ namespace lucerna {
 // The longest match told apart from a shorter one, and the default shortest that
 // proposes (--lookup-min). A few tokens match all over ordinary text, and a failed
 // verify step costs several one-token steps: 6 was the best of 2, 4, 6 and 8 for the
-// edit and prose workloads of docs/benchmarks.md ("Prompt lookup"), replayed offline.
+// edit and prose workloads of bin/prompt-lookup-bench, replayed offline (docs/dflash.md,
+// "Built: prompt lookup").
 constexpr int32_t kMaxLookupMatch = 32;
 constexpr int32_t kDefaultLookupMin = 6;
 

@@ -78,7 +78,8 @@ uint64_t bound_checkpoints(std::vector<LiveSequence> & sequences, uint64_t budge
 // varies). On a GPU that memory is page-locked, and each sequence's first checkpoint
 // would otherwise lock a new block (150 MB on the 27B shape) on its way to its first
 // token: the fourth round on the H200 traced 43-92 ms of host time to that, and the
-// fifth round's admission steps spent 53-66 ms in gaps (docs/benchmarks.md). The size
+// fifth round's admission steps spent 53-66 ms in gaps (git show
+// 7a0c96e:docs/benchmarks.md, "Checkpoint memory made at startup"). The size
 // is read off a one-token decode on sequence 0, which is emptied again. Where that
 // decode or the memory fails, it logs why and makes nothing: states then take memory as
 // they come. Only where state_memory_made_ahead() (engine/state_memory.h): a CPU daemon,

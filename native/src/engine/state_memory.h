@@ -6,15 +6,16 @@
 // shape that state is about 150 MB of recurrent state. Into freshly allocated pageable
 // memory, a GPU's copy goes through the driver's staging buffer and faults in every page
 // of the destination: the H200 trace of a 32-token prefill showed 70-87 ms of host gaps
-// beside 51-58 ms of kernels (docs/benchmarks.md, "A small-batch K-quant kernel").
+// beside 51-58 ms of kernels (git show 7a0c96e:docs/benchmarks.md, "A small-batch
+// K-quant kernel").
 // So blocks freed are kept, up to 512 MiB, for the next state that fits (rounded up to
 // 64 KiB; a model's checkpoints all have one size, and a block serves a snapshot down to
 // half its size, as conversations differ in length), and the memory is page-locked
 // where the model runs on a GPU (the device's host buffer type: cudaMallocHost for CUDA;
 // at most 4 GiB of it, plain memory beyond). Locking a new block costs about what the
-// page faults did (measured on the H200, docs/benchmarks.md, "States copied into
-// page-locked..."); a kept block is where it is meant to pay: its copy runs at the bus's
-// speed into pages already locked, which no same-run figure shows yet.
+// page faults did (measured on the H200: git show 7a0c96e:docs/benchmarks.md, "States
+// copied into page-locked..."); a kept block is where it is meant to pay: its copy runs
+// at the bus's speed into pages already locked, which no same-run figure shows yet.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +31,7 @@ namespace lucerna {
 // States allocated from now on are page-locked host memory of `device`'s host buffer
 // type; nullptr, or a device without one: plain memory. Set when a model loads.
 // LUCERNA_PAGEABLE_STATES=1 in the environment keeps them pageable (kept blocks are still
-// reused), to measure what page-locking buys (docs/benchmarks.md).
+// reused), to measure what page-locking buys.
 void use_state_memory_of(ggml_backend_dev_t device);
 
 // Makes blocks that hold a state of `bytes` now, until `count` were made since the last
@@ -51,9 +52,9 @@ bool state_memory_made_ahead();
 // size (a quarter larger: a conversation's next snapshot is a few turns longer) and keeps
 // it, so that the next such state finds memory ready. For pauses in the daemon's work: on
 // the H200 a displaced conversation's snapshot (160 MB) locked a new block on its
-// request's way to the first token, 50-130 ms (docs/benchmarks.md, "Admissions and the
-// prefix cache on the H200"); the front end's cache holds its snapshots, so none come
-// back to be reused. Makes nothing unless state_memory_made_ahead(), when a kept block
+// request's way to the first token, 50-130 ms (git show 7a0c96e:docs/benchmarks.md,
+// "Admissions and the prefix cache on the H200"); the front end's cache holds its
+// snapshots, so none come back to be reused. Makes nothing unless state_memory_made_ahead(), when a kept block
 // already serves that size, or past the limit on kept memory. Whether it made one.
 bool make_spare_state_block();
 

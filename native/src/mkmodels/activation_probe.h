@@ -4,7 +4,8 @@
 // trained model's does: a value past F16's 65504 turns into inf in an F16 KV cache or
 // an F16 intermediate of a GPU kernel, and a recurrent state that grows every token
 // overflows F32 after a few thousand tokens and makes every logit NaN (issue 14 item 4,
-// docs/benchmarks.md "Numerically sane 27B test weights"). The probe prefills N
+// git show 7a0c96e:docs/benchmarks.md, "Numerically sane 27B test weights"). The probe
+// prefills N
 // pseudo-random tokens on the CPU with the engine's eval callback and reports, per
 // named activation and layer, the largest |x| seen and how many values were not finite.
 #pragma once

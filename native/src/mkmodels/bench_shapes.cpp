@@ -209,7 +209,9 @@ constexpr float kEmbeddingStddev = 1.0f;
 // own plus the embedding row of one token, scaled to give a logit near kSuccessorLogit
 // when the final hidden state points that token's way: with the embedding dominating the stream, the token after t is mostly t's
 // successor (a fixed shift of whole pieces, below), several nats above the rest, and the
-// layers move every other logit by the context. Measured in docs/benchmarks.md.
+// layers move every other logit by the context. Measured: git show
+// 7a0c96e:docs/benchmarks.md, "Why CUDA and the CPU still parted with generator 2"; the
+// CUDA parity it gives: docs/benchmarks.md, "Parity".
 constexpr float kHeadNoise = 2.0f;
 constexpr float kSuccessorLogit = 16.0f;
 // Token t's successor is t - kSuccessorShift pieces (mod the whole pieces), so
