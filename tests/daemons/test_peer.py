@@ -55,7 +55,7 @@ def test_peer_builds_apart_from_the_serving_engine() -> None:
 
 @pytest.fixture(scope="module")
 def llama_server() -> Path:
-    return ensure_llama_server(progress=lambda message: None)
+    return ensure_llama_server(progress=lambda message: None).server
 
 
 @pytest.mark.slow
