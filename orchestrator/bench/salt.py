@@ -1,6 +1,6 @@
 """Salts: what makes every prompt of a cold phase new to every server.
 
-Each request of a run gets a salt, a short made-up word and a hex tag, on the first line
+Each request of a run gets a salt, a made-up word and a hex tag, on the first line
 of its prompt (``salted``): the first line of the text for ``/v1/completions``, of the
 first message for a chat. A salt is drawn per (arm, request key) from a generator seeded
 with the run's ``--seed``, so the same command sends the same prompts, and a prompt is
@@ -29,18 +29,19 @@ __all__ = ["SaltBook", "salted"]
 
 FirstToken = Callable[[str], Awaitable[int]]
 
-_CONSONANTS = "bdfgklmnprstvz"
-_VOWELS = "aeiou"
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # Past this many draws for one salt the vocabulary has no fresh first tokens to offer
 # a word of this shape: a fault of the harness, not a figure.
 _MAX_DRAWS = 400
 
 
 def _candidate(rng: random.Random) -> str:
-    word = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS)
-                   for _ in range(rng.randint(2, 4)))
-    # Capitalised or not: twice the openings a vocabulary offers words of this shape.
-    return f"{word.capitalize() if rng.random() < 0.5 else word}-{rng.getrandbits(32):08x}"
+    """A made-up word (its first letters are what tokenizers split off first: random
+    letters of either case reach thousands of distinct first tokens) and a hex tag."""
+    word = "".join(rng.choice(_LETTERS) for _ in range(rng.randint(4, 8)))
+    if rng.random() < 0.5:
+        word = word.capitalize()
+    return f"{word}-{rng.getrandbits(32):08x}"
 
 
 def salted(prompt: Prompt, salt: str) -> Prompt:

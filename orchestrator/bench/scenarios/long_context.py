@@ -38,7 +38,8 @@ _SMALLEST = 200
 
 
 def _sizes(options: Options) -> tuple[int, ...]:
-    return tuple(max(_SMALLEST, round(size * options.scale)) for size in SIZES)
+    """The sizes times ``--scale``, at least ``_SMALLEST``, each once."""
+    return tuple(sorted({max(_SMALLEST, round(size * options.scale)) for size in SIZES}))
 
 
 def _phases(options: Options) -> tuple[Phase, ...]:
