@@ -76,7 +76,7 @@ class SaltBook:
             if opening not in self._openings:
                 self._openings.add(opening)
                 return salt
-        raise RuntimeError(f"no salt with a fresh first token after {_MAX_DRAWS} draws "
+        raise ValueError(f"no salt with a fresh first token after {_MAX_DRAWS} draws "
                            f"({arm}, {key}); {len(self._openings)} openings are taken")
 
     def salt(self, arm: str, key: str) -> str:

@@ -166,11 +166,13 @@ def _options(args: argparse.Namespace, scenario: Scenario) -> Options:
 def cmd_scenario(args: argparse.Namespace) -> int:
     import os
 
+    from daemons.errors import DaemonsError
     from orchestrator.bench._args import progress
     from orchestrator.bench.record import write_document
     from orchestrator.bench.scenario_report import scenario_markdown
     from orchestrator.bench.scenario_run import RunSettings, run_scenario
     from orchestrator.bench.scenarios import scenario_named
+    from orchestrator.errors import OrchestratorError
 
     try:
         scenario = scenario_named(args.scenario)
@@ -191,7 +193,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
                       startup_timeout=args.startup_timeout, argv=tuple(sys.argv))
     try:
         doc = run_scenario(run, progress)
-    except ValueError as exc:
+    except (ValueError, OrchestratorError, DaemonsError) as exc:
+        # A server that would not start, a peer that would not build: say which, and why.
         raise SystemExit(f"lucerna bench: error: {exc}") from None
     if args.out:
         write_document(doc, args.out)

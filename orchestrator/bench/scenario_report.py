@@ -36,9 +36,10 @@ def _server(arm: Mapping[str, Any]) -> str:
 def _arms(arms: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| arm | server, build | its own flags | why |", "|---|---|---|---|"]
     for arm in arms:
-        flags = " ".join(arm["flags"]) or "(shared settings only)"
+        flags = " ".join(arm["flags"])
         if arm.get("oracle_accept") is not None:
-            flags += f" (oracle at acceptance {arm['oracle_accept']:g})"
+            flags += f" --draft --draft-oracle --oracle-accept={arm['oracle_accept']:g}"
+        flags = flags.strip() or "(shared settings only)"
         lines.append(f"| {arm['label']} | {_server(arm)} | `{flags}` | {arm['why']} |")
     return lines
 
@@ -91,6 +92,9 @@ def scenario_markdown(doc: Mapping[str, Any]) -> str:
     scenario, machine, commit = doc["scenario"], doc["machine"], doc["commit"]
     sha = (commit.get("sha") or "unknown")[:10] + (" (dirty)" if commit.get("dirty") else "")
     head = doc["head_tokens"]
+    peers = sorted({_server(arm) for arm in doc["arms"] if arm.get("peer")})
+    caption = (f"On {machine['card']} (backend {machine['backend']}); peer: "
+               f"{'; '.join(peers) or 'none'}.")
     lines = [
         f"## {scenario['name']} v{scenario['version']}: {scenario['measures']}",
         "",
@@ -100,7 +104,11 @@ def scenario_markdown(doc: Mapping[str, Any]) -> str:
         "",
         *_arms(doc["arms"]),
         "",
+        caption,
+        "",
         *_groups(doc["summary"]["groups"], head),
+        "",
+        caption,
         "",
         *_comparisons(doc["summary"]["comparisons"]),
         "",

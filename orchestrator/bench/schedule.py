@@ -23,6 +23,7 @@ import trio
 from orchestrator.bench.arms import RunningArm
 from orchestrator.bench.interference import InterferenceMeter
 from orchestrator.bench.scenarios._declare import BenchRequest, Round
+from orchestrator.bench.servers import BenchServerError
 from orchestrator.bench.stats import RequestTiming
 
 __all__ = ["RequestRecord", "RoundRecord", "run_rounds", "warm_up"]
@@ -145,5 +146,5 @@ async def warm_up(arms: Sequence[RunningArm], prompts: Mapping[str, Any],
     for arm in arms:
         timing = await arm.driver.run(prompts[arm.label], 2)
         if not timing.ok:
-            raise RuntimeError(f"{arm.label}'s warm-up request failed: {timing.error}")
+            raise BenchServerError(f"{arm.label}'s warm-up request failed: {timing.error}")
         progress(f"{arm.label}: warmed up")
