@@ -46,8 +46,11 @@ def pristine_peer() -> PeerBuild:
 def bench(scenario: str, tmp_path: Path, *flags: str) -> dict[str, Any]:
     out = tmp_path / f"{scenario}.json"
     result = subprocess.run(
+        # One thread: on a busy machine (CI runs suites side by side) a thread of two that
+        # another process preempts stalls every layer's barrier, and a 135M model's
+        # 300-token prefill then takes seconds instead of a fraction of one.
         [sys.executable, "-m", "orchestrator.cli", "bench", scenario, "--repeats", "1",
-         "--threads", "2", "--out", str(out), *flags],
+         "--threads", "1", "--out", str(out), *flags],
         cwd=repo_root(), capture_output=True, text=True, timeout=_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"## {scenario} v" in result.stdout
@@ -155,8 +158,8 @@ def test_smoke_agent(pristine_peer: PeerBuild, test_models: dict[str, Path],
 @pytest.mark.slow
 def test_smoke_edit(pristine_peer: PeerBuild, chat_model: Path, tmp_path: Path) -> None:
     doc = bench("edit", tmp_path, "--model", "default-chat", "--prompts", "1",
-                "--scale", "0.2", "--max-tokens", "16")
-    check_run(doc, options(chat_model, scale=0.2), pristine_peer)
+                "--scale", "0.1", "--max-tokens", "16")
+    check_run(doc, options(chat_model, scale=0.1), pristine_peer)
     assert set(arms_of(doc)) == {"ours-lookup", "ours", "llama-server-ngram-mod"}
     speculating = [r for r in doc["requests"] if r["arm"] != "ours"]
     assert all(r["acceptance_length"] is not None for r in speculating), speculating
