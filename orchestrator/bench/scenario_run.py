@@ -133,7 +133,8 @@ def _settings(run: RunSettings, logs: Path, progress: Progress) -> ServerSetting
     parallel = run.parallel or sizing.parallel
     return ServerSettings(model=run.options.model, n_ctx=n_ctx, threads=run.threads,
                           n_gpu_layers=run.n_gpu_layers,
-                          queue_limit=max(16, *run.scenario.levels, parallel),
+                          queue_limit=max(16, *(run.options.levels or run.scenario.levels),
+                                          parallel),
                           prompt_cache=True, chat_template_file=template, parallel=parallel)
 
 
