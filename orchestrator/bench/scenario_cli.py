@@ -70,6 +70,8 @@ def add_scenario_arguments(bench: argparse.ArgumentParser) -> None:
     group.add_argument("--arms", type=_words, help="only these arms (their --list labels, "
                        "comma-separated), or 'all' (the optional ones too)")
     group.add_argument("--seed", type=int, default=0, help="seed of the prompts' salts")
+    group.add_argument("--logs", type=Path, help="where the servers' logs go (default: a new "
+                       "directory under the system's temporary one)")
     group.add_argument("--prompts", type=int, help="distinct prompts per repeat (agent: "
                        "turns per conversation)")
     group.add_argument("--levels", type=int_list, help="streams: concurrency levels, "
@@ -190,7 +192,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
                       threads=args.threads or os.cpu_count() or 1,
                       n_gpu_layers=args.n_gpu_layers, n_ctx=args.n_ctx,
                       parallel=args.parallel, model_name=args.model_name or "bench",
-                      startup_timeout=args.startup_timeout, argv=tuple(sys.argv))
+                      startup_timeout=args.startup_timeout, argv=tuple(sys.argv),
+                      logs=args.logs)
     try:
         doc = run_scenario(run, progress)
     except (ValueError, OrchestratorError, DaemonsError) as exc:

@@ -68,6 +68,8 @@ class RunSettings:
     model_name: str = "bench"
     startup_timeout: float = 600.0
     argv: tuple[str, ...] = ()
+    logs: Path | None = None
+    """Where the servers' logs go; None: a new temporary directory."""
 
 
 def _resolved(label: str, peer: PeerBuild | None) -> str:
@@ -161,7 +163,8 @@ def run_scenario(run: RunSettings, progress: Progress) -> dict[str, Any]:
              for v in run.peers if any(p.peer and p.peer.variant == v for p in plans)}
     plans = [replace(p, peer=built[p.peer.variant]) if p.peer else p for p in plans]
     comparisons = plan_comparisons(scenario, options, described, plans)
-    logs = Path(tempfile.mkdtemp(prefix=f"lucerna-bench-{scenario.name}-"))
+    logs = run.logs or Path(tempfile.mkdtemp(prefix=f"lucerna-bench-{scenario.name}-"))
+    logs.mkdir(parents=True, exist_ok=True)
     settings = _settings(run, logs, progress)
     started, clock = datetime.now(UTC), time.monotonic()
     progress(f"{scenario.name}: {len(plans)} arms, logs in {logs}")

@@ -50,7 +50,7 @@ def bench(scenario: str, tmp_path: Path, *flags: str) -> dict[str, Any]:
         # another process preempts stalls every layer's barrier, and a 135M model's
         # 300-token prefill then takes seconds instead of a fraction of one.
         [sys.executable, "-m", "orchestrator.cli", "bench", scenario, "--repeats", "1",
-         "--threads", "1", "--out", str(out), *flags],
+         "--threads", "1", "--out", str(out), "--logs", str(tmp_path / "logs"), *flags],
         cwd=repo_root(), capture_output=True, text=True, timeout=_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"## {scenario} v" in result.stdout
