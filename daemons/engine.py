@@ -50,6 +50,7 @@ __all__ = [
     "ensure_engine_source",
     "ensure_patched_source",
     "selected_backend",
+    "series_tag",
 ]
 
 BACKENDS = ("cpu", "cuda", "hip")
@@ -123,7 +124,7 @@ class EngineBuild:
         and stamp it into snapshots, so a snapshot never crosses engine builds."""
         if not self.series_hash:
             return self.pin.name
-        return f"{self.pin.name}+{_series_tag(self.series_hash)}"
+        return f"{self.pin.name}+{series_tag(self.series_hash)}"
 
 
 def selected_backend() -> str:
@@ -171,7 +172,8 @@ def ensure_engine_source(pin: EnginePin = ENGINE_PIN, progress: Progress = print
     return source
 
 
-def _series_tag(digest: str) -> str:
+def series_tag(digest: str) -> str:
+    """How a patch series is named in directory and build names: ``p`` and 12 hex."""
     return f"p{digest[:12]}"
 
 
@@ -185,8 +187,8 @@ def ensure_patched_source(pin: EnginePin = ENGINE_PIN, progress: Progress = prin
         return pristine
     digest = series_hash(series)
     root = engine_root(pin)
-    source = root / f"src-{_series_tag(digest)}"
-    stamp = root / f"src-{_series_tag(digest)}.sha256"
+    source = root / f"src-{series_tag(digest)}"
+    stamp = root / f"src-{series_tag(digest)}.sha256"
     wanted = f"{pin.sha256}+{digest}"
     if stamp.exists() and stamp.read_text().strip() == wanted and source.is_dir():
         return source
@@ -195,7 +197,7 @@ def ensure_patched_source(pin: EnginePin = ENGINE_PIN, progress: Progress = prin
             return source
         progress(f"applying {len(series)} engine patches: "
                  + ", ".join(patch.name for patch in series))
-        staging = root / f"src-{_series_tag(digest)}.partial"
+        staging = root / f"src-{series_tag(digest)}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(pristine, staging, symlinks=True)
         apply_series(series, staging)
@@ -243,7 +245,7 @@ def ensure_engine(
     source = ensure_patched_source(pin, progress)
     series = read_series()
     digest = series_hash(series) if series else ""
-    suffix = f"-{_series_tag(digest)}" if digest else ""
+    suffix = f"-{series_tag(digest)}" if digest else ""
     build_dir = engine_root(pin) / f"build-{backend}{suffix}"
     build = EngineBuild(pin=pin, backend=backend, source_dir=source, build_dir=build_dir,
                         series_hash=digest)

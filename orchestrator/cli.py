@@ -141,12 +141,16 @@ def _is_loopback(host: str) -> bool:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
+    from daemons.peer import ensure_llama_server
     from daemons.testmodels import ensure_test_models
 
     _native()
     ensure_default_model(progress)
     ensure_chat_model(progress)
     ensure_test_models(progress=progress)
+    # The benchmark scenarios' smoke run (tests/orchestrator/test_bench_smoke.py) compares
+    # against llama-server from the pristine pinned tree: minutes to build, once.
+    ensure_llama_server(progress=progress)
     _ensure_sshd()
     if "--no-clients" not in args.extra:  # tests/clients run the real agents (CI: always)
         for spec in CLIENTS:

@@ -1,7 +1,19 @@
-"""``lucerna bench``: streaming benchmarks of OpenAI-compatible endpoints.
+"""``lucerna bench``: benchmark scenarios, and streaming benchmarks of any endpoint.
 
-Benchmarks are not tests: CI runs one tiny case to show the harness works, and
-the figures live in docs/benchmarks.md. What the package offers:
+Benchmarks are not tests: CI runs every scenario with tiny limits to show the harness
+works (tests/orchestrator/test_bench_smoke.py), and the figures live in
+docs/benchmarks.md. The scenarios (``lucerna bench <scenario>``):
+
+- ``scenarios``: the named, versioned declarations (decode, streams, agent, edit,
+  long-context, speculative): workload, phases, each arm's flags and why;
+- ``scenario_run``: one run end to end; ``arms``: the servers and daemons it starts;
+  ``salt`` and ``head``: what keeps a cold prompt cold; ``schedule``: alternating
+  rounds; ``fairness``: the cold invariant and when a ratio stands; ``outcome``: spreads
+  and ratios; ``record``: the JSON document (its format); ``scenario_report``: markdown;
+  ``machine``: machine, card, commit; ``scenario_cli``: the flags and ``--list``;
+- ``edit_prompts``: the edit workload's files, stored as data.
+
+The ad hoc modes (``--url``, ``--model`` with ``--against``) and their pieces:
 
 - ``prompts``: the fixed prompt sets (``code``, ``long-4k`` .. ``long-128k``, ``agent``);
 - ``agent``: the ``agent`` set's replayed coding-agent conversation;

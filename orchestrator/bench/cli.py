@@ -1,11 +1,18 @@
-"""``lucerna bench``: its flags and the two ways to run it.
+"""``lucerna bench``: its flags, the scenarios, and the two ad hoc ways to run it.
 
-Against running servers::
+The named scenarios (``lucerna bench --list``; orchestrator/bench/scenario_cli.py) are
+the reference: each starts both servers with the peer at its best, keeps cold and warm
+phases apart, alternates and repeats, and refuses ratios across different cache use::
+
+    lucerna bench decode --model default-chat [--out run.json]
+
+Ad hoc, against running servers::
 
     lucerna bench --url http://127.0.0.1:8080/v1 [--compare URL2] [--set code,long-4k]
                   [--max-tokens N] [--repeats N] [--concurrency 1,8,64] [--out results.json]
 
-Self-contained, starting Lucerna and its comparison on the same GGUF and settings::
+Ad hoc, starting Lucerna and its comparison on the same GGUF and settings (no salts,
+no phases: a prompt repeated across levels or repeats may be a cache hit on one side)::
 
     lucerna bench --model PATH --against llama-server [--n-ctx N] [--threads N] ...
     lucerna bench --model PATH --against daemon       (the HTTP front end's own cost)
@@ -33,6 +40,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.bench._args import int_list, progress
 from orchestrator.errors import ConfigError
 from orchestrator.settings import (
     BEARER_KEY,
@@ -57,21 +65,6 @@ __all__ = ["add_bench_parser", "cmd_bench", "server_settings"]
 _AGAINST = ("llama-server", "daemon")
 
 
-def progress(message: str) -> None:
-    print(f"lucerna bench: {message}", file=sys.stderr, flush=True)
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}"
-                                         ) from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
 def _set_list(text: str) -> tuple[str, ...]:
     from orchestrator.bench.prompts import SET_NAMES
 
@@ -86,9 +79,13 @@ def _set_list(text: str) -> tuple[str, ...]:
 
 def add_bench_parser(sub: Any) -> None:
     """Add the ``bench`` subcommand to ``lucerna``'s subparsers."""
+    from orchestrator.bench.scenario_cli import add_scenario_arguments
+
     bench = sub.add_parser(
-        "bench", help="benchmark an OpenAI-compatible endpoint, or Lucerna against llama-server",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "bench", help="benchmark scenarios of Lucerna against llama-server (--list), or an "
+        "OpenAI-compatible endpoint", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_scenario_arguments(bench)
     where = bench.add_argument_group("targets (give --url, or --model with --against)")
     where.add_argument("--url", help="base URL of the endpoint, up to /v1 (the candidate)")
     where.add_argument("--compare", metavar="URL2", help="a second endpoint (the baseline); "
@@ -112,10 +109,11 @@ def add_bench_parser(sub: Any) -> None:
                        "long-64k, long-128k, agent (an 8-turn coding-agent conversation, "
                        "4K to 8K tokens, sent as chat; concurrency 1 only; each repeat is a "
                        "new conversation) (default: code)")
-    cases.add_argument("--max-tokens", type=int, default=128, help="tokens per request "
-                       "(default 128)")
-    cases.add_argument("--repeats", type=int, default=1, help="times each prompt is run")
-    cases.add_argument("--concurrency", type=_int_list, default=(1,),
+    cases.add_argument("--max-tokens", type=int, help="tokens per request (default 128; a "
+                       "scenario: its own)")
+    cases.add_argument("--repeats", type=int, help="times each prompt is run (default 1; a "
+                       "scenario: 3)")
+    cases.add_argument("--concurrency", type=int_list, default=(1,),
                        help="concurrent streams, comma-separated, e.g. 1,8,64 (default 1)")
     cases.add_argument("--limit", type=int, help="only the first N prompts of each set")
     cases.add_argument("--api", choices=("completions", "chat"), default="completions",
@@ -308,7 +306,7 @@ def _bench_self_contained(args: argparse.Namespace) -> int:
         if args.against == "llama-server":
             from daemons.peer import ensure_llama_server
 
-            binary = ensure_llama_server(progress=progress)
+            binary = ensure_llama_server(progress=progress).server
             peer_port = free_port()
             servers.append(ServerProcess(
                 "llama-server", llama_server_argv(binary, settings, peer_port, name),
@@ -350,6 +348,17 @@ def _disk_restart(args: argparse.Namespace, settings: ServerSettings, name: str,
 def cmd_bench(args: argparse.Namespace) -> int:
     # One INFO line per request from httpx would drown the progress lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if args.list:
+        from orchestrator.bench.scenario_cli import list_text
+
+        sys.stdout.write(list_text())
+        return 0
+    if args.scenario:
+        from orchestrator.bench.scenario_cli import cmd_scenario
+
+        return cmd_scenario(args)
+    args.max_tokens = 128 if args.max_tokens is None else args.max_tokens
+    args.repeats = 1 if args.repeats is None else args.repeats
     if bool(args.url) == bool(args.model):
         raise SystemExit("lucerna bench: error: give either --url (a running endpoint) or "
                          "--model with --against (start the servers here)")

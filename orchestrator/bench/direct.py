@@ -60,7 +60,11 @@ class DaemonDriver:
         timing.prompt_tokens = len(ids)
         timing.completion_tokens = len(timing.output_times)
         summary = stream.summary
-        timing.finish_reason = summary.finish if summary else None
+        if summary is not None:
+            timing.finish_reason = summary.finish
+            # What a served request reports as cached_tokens (orchestrator/generation.py).
+            timing.cached_tokens = min(len(ids), summary.prompt_tokens_reused)
+            timing.acceptance_length = summary.acceptance_length
         return timing
 
 

@@ -70,6 +70,10 @@ class HttpDriver:
         self._api = api
 
     @property
+    def client(self) -> httpx.AsyncClient:
+        return self._client
+
+    @property
     def health_url(self) -> str | None:
         return self.endpoint.root_url + "/health"
 

@@ -1,21 +1,21 @@
 """The benchmark peer (llama.cpp's own llama-server), built from the pinned engine.
 
-The flag tests run everywhere. The tests marked ``bench`` need the peer build, a
-benchmark-only dependency that takes minutes to build on a small machine; they
-are deselected by default (``-m "not bench"`` in the pytest addopts, so a normal
-run reports them as deselected rather than skipping them) and run with
-``pytest -m bench tests/daemons/test_peer.py``, building the peer if needed.
+The flag tests run everywhere. The others need the pristine peer build, which takes
+minutes on a small machine, once: ``bin/lucerna test`` builds it during setup (the
+benchmark scenarios' smoke run needs it too), and the fixture builds it when a bare
+pytest run finds it missing.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from daemons.engine import ENGINE_PIN, cmake_args, engine_root
+from daemons.engine import ENGINE_PIN, cmake_args, engine_root, ensure_engine_source
 from daemons.peer import PEER_TARGETS, ensure_llama_server, peer_build_dir, peer_cmake_args
 from orchestrator.bench.client import Endpoint, stream_request
 from orchestrator.bench.prompts import code_prompts
@@ -55,11 +55,24 @@ def test_peer_builds_apart_from_the_serving_engine() -> None:
 
 @pytest.fixture(scope="module")
 def llama_server() -> Path:
-    return ensure_llama_server(progress=lambda message: None)
+    return ensure_llama_server(progress=lambda message: None).server
 
 
 @pytest.mark.slow
-@pytest.mark.bench
+def test_the_default_peer_is_built_from_the_pristine_checked_tree(llama_server: Path) -> None:
+    """The same fetch and sha256 check as the engine (one source for the pin), without
+    the patch step: its build tree is the unpacked sdist, its stamp the sdist's sha256."""
+    build = ensure_llama_server(progress=lambda message: None)
+    assert build.variant == "pristine" and build.patches == () and build.series == ""
+    cache = (build.build_dir / "CMakeCache.txt").read_text()
+    source = ensure_engine_source(progress=lambda message: None)
+    assert source == engine_root(ENGINE_PIN) / "src"
+    assert f"CMAKE_HOME_DIRECTORY:INTERNAL={source}\n" in cache
+    stamp = json.loads((build.build_dir / "lucerna-peer.json").read_text())
+    assert stamp["sha256"] == ENGINE_PIN.sha256 and stamp["args"] == peer_cmake_args(build.backend)
+
+
+@pytest.mark.slow
 def test_every_flag_we_pass_is_one_llama_server_knows(llama_server: Path) -> None:
     help_text = subprocess.run([str(llama_server), "--help"], capture_output=True, text=True,
                                timeout=60).stdout
@@ -70,7 +83,6 @@ def test_every_flag_we_pass_is_one_llama_server_knows(llama_server: Path) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.bench
 async def test_peer_serves_the_default_model_to_the_bench_client(
         llama_server: Path, default_model: Path, tmp_path: Path) -> None:
     port = free_port()
