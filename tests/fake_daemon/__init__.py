@@ -22,8 +22,10 @@ Use::
 ``Behaviour`` scripts one start: ``Startup`` (ready, a startup ``err``, a crash, a
 hang), ``Death`` (after ready, on the nth command, mid-stream after N tokens),
 ``Refuse`` (``err <code>`` for the nth command), delays (``trio.sleep``, free under
-``autojump_clock``). State (sequences, snapshot slots, snapshot files) is kept as an
-attention-only engine keeps it, so prefix reuse shows in ``Decoded.reused``.
+``autojump_clock``). ``served_model`` and ``serving`` put a ``ServedModel`` (its
+``Supervisor``, prefix cache, generation core) on them. State (sequences, snapshot
+slots, snapshot files) is kept as an attention-only engine keeps it, so prefix reuse
+shows in ``Decoded.reused``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ._model import (
     letters,
 )
 from ._seam import SEAM_MODULES, FakeDaemonProcess, FakeDaemons, fake_launch, install, kind_of
+from ._served import served_model, serving
 from ._state import Decoded
 
 __all__ = [
@@ -68,4 +71,6 @@ __all__ = [
     "install",
     "kind_of",
     "letters",
+    "served_model",
+    "serving",
 ]

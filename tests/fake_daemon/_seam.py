@@ -107,7 +107,7 @@ class FakeDaemons:
         failure: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(fake.run)
+                nursery.start_soon(_outside_the_callers_scope, fake)
                 if fake.one_channel:
                     nursery.start_soon(daemon._pump_channel, fake.process.stdout)
                     if launch.link_timeout_s is not None:
@@ -128,6 +128,13 @@ class FakeDaemons:
                 raise failure
         finally:
             fake.kill()  # only when the nursery itself failed: otherwise it is gone
+
+
+async def _outside_the_callers_scope(fake: FakeDaemon) -> None:
+    """A process lives on when its parent's task is cancelled: it answers the ``quit``
+    of the shielded ``aclose``, or is killed by it. Only its own death ends it."""
+    with trio.CancelScope(shield=True):
+        await fake.run()
 
 
 def install(monkeypatch: pytest.MonkeyPatch) -> FakeDaemons:
