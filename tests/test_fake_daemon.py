@@ -23,7 +23,7 @@ import protocol
 from daemons.batch import open_batch_client
 from daemons.channel import CommandChannel
 from daemons.client import open_daemon
-from daemons.errors import DaemonDiedError, DaemonStartError
+from daemons.errors import DaemonDiedError, DaemonReplyError, DaemonStartError
 from daemons.paths import repo_root
 from protocol import (
     FramedStreamReader,
@@ -237,7 +237,7 @@ async def test_refusals_are_scripted_per_command(fakes: FakeDaemons) -> None:
     async with open_daemon(fake_launch()) as client:
         channel = CommandChannel(client._daemon)
         assert (await channel.run_stream(Tokenize(InlineText("a"))))[0] == [97]
-        with pytest.raises(Exception, match="bad_text_file"):
+        with pytest.raises(DaemonReplyError, match="bad_text_file"):
             await channel.run_stream(Tokenize(InlineText("a")))
         # The refused stream command still ended its stream: the next one reads cleanly.
         assert (await channel.run_stream(Tokenize(InlineText("b"))))[0] == [98]

@@ -282,9 +282,16 @@ class FakeDaemon:
             pairs["parked"] = "1"
         elif self.generates:
             pairs["state_id"] = self.state_id
-        if self.launch.lookup is not None:
-            pairs |= {"spec": "lookup", "draft_block": str(self.launch.draft_block_size or 16),
-                      "lookup": self.launch.lookup}
+        launch = self.launch
+        spec = "+".join(name for name, on in (("dflash", launch.draft is not None),
+                                             ("lookup", launch.lookup is not None)) if on)
+        if spec:
+            pairs |= {"spec": spec, "draft_block": str(launch.draft_block_size or 16)}
+            if launch.draft_tree:
+                pairs |= {"draft_tree": str(launch.draft_tree),
+                          "draft_tree_branches": str(launch.draft_tree_branches or 8)}
+            if launch.lookup is not None:
+                pairs["lookup"] = launch.lookup
         if self.role == "ds4_shard":
             pairs |= {"rpc": self.launch.rpc_listen or "127.0.0.1:50052", "device": "CPU"}
         return encode_line(["ready"], pairs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -192,7 +192,23 @@ async def decode(daemon: FakeDaemon, run: Run, prompt: tuple[int, ...], death: D
         cache_slot=None if restore else cache_slot,
         snap_slot=None if command.snap is None else command.snap[1],
         snap_pos=None if command.snap is None else command.snap[0],
+        **_speculation(daemon, run, len(generated)),
     ).to_reply()
+
+
+def _speculation(daemon: FakeDaemon, run: Run, n_gen: int) -> dict[str, Any]:
+    """The draft fields of a daemon that decodes speculatively (5.9): which proposers the
+    request ran; the counts are the fake's own (half the tokens verified in steps that
+    proposed three and accepted two), none with ``logprobs=`` (decoded without)."""
+    launch, command = daemon.launch, run.command
+    if launch.draft is None and launch.lookup is None:
+        return {}
+    lookup = command.lookup if command.lookup is not None else launch.lookup == "on"
+    spec = "+".join(name for name, on in (("dflash", launch.draft is not None),
+                                         ("lookup", lookup)) if on) or "none"
+    steps = 0 if spec == "none" or command.logprobs is not None else n_gen // 2
+    return {"spec": spec, "draft_steps": steps, "draft_proposed": 3 * steps,
+            "draft_accepted": 2 * steps, "draft_ms": 0.0}
 
 
 async def _pick(daemon: FakeDaemon, run: Run, prompt: tuple[int, ...], death: Death | None,

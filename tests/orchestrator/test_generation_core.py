@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from daemons.errors import DaemonReplyError
-from orchestrator.errors import ContextLengthError, ServiceUnavailableError
+from orchestrator.errors import BadRequestError, ContextLengthError, ServiceUnavailableError
 from orchestrator.events import (
     Event,
     Finished,
@@ -29,7 +29,13 @@ from orchestrator.events import (
     TokenLogprob,
     ToolCall,
 )
-from orchestrator.generation import MAX_RECOVERIES, generate_events
+from orchestrator.generation import (
+    MAX_RECOVERIES,
+    chat_prompt,
+    generate_events,
+    prepare_generation,
+    tokenize_text,
+)
 from orchestrator.models import ServedModel
 from orchestrator.prefix_cache import CacheSettings
 from orchestrator.reasoning import ReasoningFormat, ReasoningPlan
@@ -323,3 +329,99 @@ async def test_leaving_early_stops_the_daemons_generation(fakes: FakeDaemons) ->
         # The daemon is at a command boundary: the next request runs.
         events_after = await run(model, GenerationRequest(PROMPT, max_tokens=2))
         assert finished(events_after).completion_tokens == 2
+
+
+# --- the prompt, tokenized on the daemon -----------------------------------------------------
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+
+
+async def test_a_chat_prompt_is_tokenized_piece_by_piece_and_remembered(
+    fakes: FakeDaemons,
+) -> None:
+    async with serving(served_model()) as model:
+        prompt = await chat_prompt(model, MESSAGES)
+        assert model.template is not None and model.template.is_fallback
+        fake = fakes.latest()
+        # Each piece between message boundaries was tokenized on its own, and the mark
+        # is the end of the system part.
+        assert prompt.ids == V.tokenize(prompt.text, special=True, add_bos=False)
+        (mark,) = prompt.marks
+        system_text = model.template.render(MESSAGES[:1], add_generation_prompt=False)
+        assert V.render(prompt.ids[:mark], special=True).decode() == system_text
+        tokenized = fake.words.count("tokenize")
+        assert tokenized >= 2
+        # The next turn repeats those pieces: they come from the model's memo.
+        again = await chat_prompt(model, MESSAGES)
+        assert again == prompt and fake.words.count("tokenize") == tokenized
+
+
+async def test_a_quoted_reply_keeps_the_ids_it_was_generated_as(fakes: FakeDaemons) -> None:
+    # A reply whose ids are not what tokenizing its text gives: "<s>" written as three
+    # byte tokens, which the tokenizer reads as the one BOS token.
+    reply = list(b"Ok <s> done")
+    assert V.tokenize("Ok <s> done", special=True, add_bos=False) != reply
+    fakes.defaults["model"] = Behaviour(model=Script({tuple(PROMPT): reply}))
+    async with serving(served_model()) as model:
+        await run(model, GenerationRequest(PROMPT, max_tokens=50))
+        history = [*MESSAGES, {"role": "assistant", "content": "Ok <s> done"},
+                   {"role": "user", "content": "And?"}]
+        ids = (await chat_prompt(model, history)).ids
+        assert any(ids[i:i + len(reply)] == reply for i in range(len(ids)))
+
+
+async def test_a_death_mid_tokenize_is_retried_on_the_restarted_daemon(
+    fakes: FakeDaemons, autojump_clock: trio.testing.MockClock,
+) -> None:
+    fakes.plan(Behaviour(deaths=(Death("tokenize"),)))
+    async with serving(served_model()) as model:
+        assert await tokenize_text(model, "abc") == [97, 98, 99]
+        assert len(fakes.of("model")) == 2
+    fakes.defaults["model"] = Behaviour(deaths=(Death("tokenize", nth=None),))
+    async with serving(served_model()) as model:
+        with pytest.raises(ServiceUnavailableError, match="not available"):
+            await tokenize_text(model, "abc")
+
+
+async def test_prompt_lookup_needs_a_model_that_serves_it(fakes: FakeDaemons) -> None:
+    request = GenerationRequest(PROMPT, max_tokens=4, lookup=True)
+    async with serving(served_model()) as model:
+        with pytest.raises(BadRequestError, match="serves no prompt lookup"):
+            await prepare_generation(model, request, {})
+    async with serving(served_model(lookup="opt-in")) as model:
+        assert await prepare_generation(model, request, {}) == request
+        events = await run(model, request)
+        assert "lookup=1" in sent(fakes.latest().lines)[-1]
+        speculation = finished(events).speculative
+        assert speculation is not None and speculation.method == "lookup"
+        assert speculation.draft_steps == 2 and speculation.acceptance_length == 3.0
+        # Asked without lookup: the daemon ran no proposer, so nothing to report.
+        events = await run(model, GenerationRequest(PROMPT, max_tokens=4, lookup=False))
+        assert finished(events).speculative is None
+
+
+async def test_scoring_a_prompt_alone_generates_nothing(fakes: FakeDaemons) -> None:
+    async with serving(served_model()) as model:
+        events = await run(model, GenerationRequest(PROMPT, max_tokens=0, logprobs=0,
+                                                    prompt_logprobs=True))
+    assert isinstance(events[0], PromptLogprobs) and len(events[0].entries) == len(PROMPT) - 1
+    assert finished(events).completion_tokens == 0
+    assert " 0 logprobs=0 " in sent(fakes.latest().lines)[-1] + " "
+
+
+async def test_losing_what_the_cache_keeps_never_fails_a_finished_request(
+    fakes: FakeDaemons,
+) -> None:
+    """keep_sequence's snapshot and settle's list_slots come after the generation: a
+    daemon that dies there costs the cache its booking, not the request its answer."""
+    system = list(b"S" * 40)
+    prompt = [*system, *V.ids("question")]
+    fakes.plan(Behaviour(deaths=(Death("snapshot"),)),  # keep_sequence
+               Behaviour(deaths=(Death("list_slots"),)))  # settle
+    for _ in range(2):
+        model = served_model(cache=CACHE, parallel=2, deterministic=True)
+        async with serving(model):
+            events = await run(model, GenerationRequest(prompt, max_tokens=3, marks=(40,)))
+            assert answer(events) == text_of(greedy(letters, prompt, 3))
+            assert finished(events).recoveries == 0
+    assert [f.returncode for f in fakes.of("model")[:2]] == [-9, -9]
