@@ -177,11 +177,12 @@ async def test_a_death_mid_batch_fails_every_stream_and_command(fakes: FakeDaemo
             except DaemonDiedError as exc:
                 failures.append(exc)
 
-        async with trio.open_nursery() as nursery:
-            for seq in range(3):
-                nursery.start_soon(run, seq)
-            await trio.sleep(0.01)
-            fakes.latest().kill()
+        with trio.fail_after(5):  # every stream ends: none waits on a dead daemon
+            async with trio.open_nursery() as nursery:
+                for seq in range(3):
+                    nursery.start_soon(run, seq)
+                await trio.sleep(0.01)
+                fakes.latest().kill()
         assert len(failures) == 3
         assert all("killed by SIGKILL" in str(f) for f in failures)
         with pytest.raises(DaemonDiedError):

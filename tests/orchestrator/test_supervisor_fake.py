@@ -65,7 +65,8 @@ async def test_the_backoff_of_failed_loads_and_giving_up(
 ) -> None:
     fakes.defaults["model"] = FAILS_TO_LOAD
     supervisor = Supervisor("m", fake_launch(), policy=POLICY)
-    with pytest.raises(DaemonUnrecoverableError, match="gave up after 8 failures in a row"):
+    with (trio.fail_after(1000),
+          pytest.raises(DaemonUnrecoverableError, match="gave up after 8 failures in a row")):
         await supervisor.run()
     assert gaps(fakes) == [0.0, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert state(supervisor) is DaemonState.FAILED and supervisor.failed_loads == 8
@@ -78,7 +79,7 @@ async def test_crashes_before_any_progress_back_off_the_same_way(
 ) -> None:
     fakes.defaults["model"] = DIES_WHEN_READY
     supervisor = Supervisor("m", fake_launch(), policy=POLICY)
-    with pytest.raises(DaemonUnrecoverableError, match="killed by SIGKILL"):
+    with trio.fail_after(1000), pytest.raises(DaemonUnrecoverableError, match="SIGKILL"):
         await supervisor.run()
     assert gaps(fakes) == [0.0, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert supervisor.crashes == 8 and supervisor.failed_loads == 0
@@ -241,4 +242,31 @@ async def test_a_death_while_starting_counts_as_a_crash(
         assert supervisor.crashes == 1 and supervisor.starts == 2
         assert client.pid == fakes.latest().pid
         assert "daemon was killed by SIGKILL" in (supervisor.last_exit or "")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_target_waits_for_the_shards_it_needs(
+    fakes: FakeDaemons, autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A ds4 target starts once its shard is ready; while the shard is not, after
+    host_retry_s of waiting, the target is unreachable (no streak) and tries again."""
+    fakes.plan(Behaviour(startup=Startup(delay_s=5.0)))  # the shard: slower than 4 s
+    shard = Supervisor("shard", fake_launch("ds4_shard", rpc_listen="127.0.0.1:50052"),
+                       policy=POLICY)
+    target = Supervisor("target", fake_launch("laguna", rpc=("127.0.0.1:50052",)),
+                        policy=POLICY, needs=(shard,))
+    assert target.host_retry_s == POLICY.max_delay_s == 4.0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(shard.run)
+        await nursery.start(target.run)
+        await trio.sleep(4.5)
+        assert state(target) is DaemonState.UNREACHABLE and "waiting for shard" in target.detail
+        with trio.fail_after(10):
+            while state(target) is not DaemonState.READY:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        shard_fake, target_fake = fakes.of("model")
+        assert shard_fake.ready is not None and shard_fake.ready.fields["rpc"] == "127.0.0.1:50052"
+        # Tried again after 4 s of waiting and 4 s of rest; the shard was ready at 5 s.
+        assert shard_fake.started_at == 0 and target_fake.started_at == pytest.approx(8.0)
+        assert target.crashes == target.failed_loads == 0
         nursery.cancel_scope.cancel()
