@@ -94,9 +94,11 @@ async def test_a_done_line_read_before_the_last_records_loses_no_token(
 
         monkeypatch.setattr(daemon, "receive_stream", late_stream)
         for seq, n_gen in ((0, 1), (1, 6), (0, 3)):
-            async with client.open_sequence(generate(seq, n_gen)) as stream:
-                assert await stream.collect() == greedy(PROMPTS[seq], n_gen)
-                assert stream.summary is not None and stream.summary.n_gen == n_gen
+            with trio.fail_after(5):
+                async with client.open_sequence(generate(seq, n_gen)) as stream:
+                    tokens = await stream.collect()
+            assert tokens == greedy(PROMPTS[seq], n_gen)
+            assert stream.summary is not None and stream.summary.n_gen == n_gen
             assert not client.busy(seq)
 
 
@@ -159,6 +161,14 @@ async def test_a_caller_cancelled_before_its_reply_leaves_the_sequence_stopped(
         monkeypatch.setattr(daemon, "send", send)
         assert scope.cancelled_caught and not client.busy(0)
         assert fakes.latest().lines[-1] == "cancel 0"
+        # The same for a line the daemon refuses: its err reply ends the stream, so the
+        # client neither waits for it nor kills a healthy daemon.
+        with trio.CancelScope() as scope, trio.fail_after(5):
+            monkeypatch.setattr(daemon, "send", send_then_cancel)
+            async with client.open_sequence(generate(1, 10**6)):
+                raise AssertionError("the block is entered only after the reply")
+        monkeypatch.setattr(daemon, "send", send)
+        assert scope.cancelled_caught and not client.busy(1) and daemon.returncode is None
         assert (await client.run(Stats())).command == "stats"
         async with client.open_sequence(generate(0, 5)) as again:
             assert len(await again.collect()) == 5

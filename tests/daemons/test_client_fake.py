@@ -128,5 +128,6 @@ async def test_a_daemon_that_cannot_be_stopped_is_killed(
     async with open_daemon(fake_launch()) as client:
         async with client.generate([1], 10) as stream:
             await stream.__anext__()
-        await client.exited.wait()
+        with trio.fail_after(100):
+            await client.exited.wait()
         assert client.returncode == -9 and not client.intentional_exit

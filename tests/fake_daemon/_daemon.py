@@ -230,7 +230,10 @@ class FakeDaemon:
         with self._scope:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                if self.one_channel and self.launch.keepalive_ms != 0:
+                # Keep-alives from the start on, unless it never ran (a launcher that could
+                # not reach its host, Startup.crash, writes nothing).
+                if (self.one_channel and self.launch.keepalive_ms != 0
+                        and self.behaviour.startup.kind != "exit"):
                     nursery.start_soon(self._keep_alive)
                 await self._start()
                 nursery.start_soon(self._read_commands)

@@ -64,10 +64,10 @@ async def restart(model: ServedModel, fakes: FakeDaemons) -> FakeDaemon:
     return fakes.latest()
 
 
-async def ask(model: ServedModel, prompt: Sequence[int], *, leave_after: int | None = None
-              ) -> list[int]:
+async def ask(model: ServedModel, prompt: Sequence[int], *, leave_after: int | None = None,
+              marks: tuple[int, ...] = (SYSTEM,)) -> list[int]:
     """One request through the generation core; the tokens it produced."""
-    request = GenerationRequest(list(prompt), max_tokens=N_GEN, marks=(SYSTEM,))
+    request = GenerationRequest(list(prompt), max_tokens=N_GEN, marks=marks)
     tokens: list[int] = []
     async with aclosing(generate_events(model, request)) as events:
         async for event in events:
@@ -193,6 +193,19 @@ async def test_with_one_kv_stream_per_sequence_the_cache_restores_and_keeps(
         restored = fake.decoded[-1]
         assert restored.command == "restore" and restored.reused == len(a1) + N_GEN - 1
         assert_consistent(cache_of(model), fake)
+
+
+async def test_no_snap_where_the_daemon_already_holds_more(fakes: FakeDaemons) -> None:
+    """A ``snap=`` caps what the daemon reuses at its position: a turn whose sequence
+    holds more than the system part asks for none, and reuses all it holds."""
+    async with serving(served_model(cache=CacheSettings(ram_bytes=1 << 30))) as model:
+        fake = fakes.latest()
+        first = [*system(3), *user("hi")]
+        then = [*first, *await ask(model, first, marks=()), *user("more")]
+        start = len(fake.lines)
+        await ask(model, then)
+        assert commands(fake, start) == [f"generate ids:<{len(then)}> {N_GEN} marks={SYSTEM}"]
+        assert fake.decoded[-1].reused == len(first) + N_GEN - 1
 
 
 # --- eviction -----------------------------------------------------------------------------
@@ -382,7 +395,7 @@ async def test_on_several_sequences_each_conversation_returns_to_its_own(
         assert sorted(lane.values()) == [0, 1, 2]  # each on an empty sequence
         # The later two took the shared system part from the first's sequence (9.7).
         assert [d.reused for d in fake.decoded] == [0, SYSTEM, SYSTEM]
-        for name in history:
+        for name in reversed(history):  # not the order the sequences were last used in
             prompt = [*history[name], *user("next")]
             start = len(fake.lines)
             await ask(model, prompt)
@@ -390,11 +403,12 @@ async def test_on_several_sequences_each_conversation_returns_to_its_own(
             assert commands(fake, start) == [
                 f"generate ids:<{len(prompt)}> {N_GEN} seq={lane[name]} marks={SYSTEM}"]
             assert fake.decoded[-1].reused == len(history[name]) - 1
-        # A fourth conversation takes the least recently used sequence, which is saved first.
+        # A fourth conversation takes the least recently used sequence (cat's, the first
+        # of the second round), which is saved first.
         start = len(fake.lines)
         await ask(model, [*system(21), *user("dog")])
-        assert commands(fake, start)[0] == f"snapshot 1 seq={lane['ant']}"
-        assert fake.decoded[-1].seq == lane["ant"]
+        assert commands(fake, start)[0] == f"snapshot 1 seq={lane['cat']}"
+        assert fake.decoded[-1].seq == lane["cat"]
         assert_consistent(cache_of(model), fake)
 
 

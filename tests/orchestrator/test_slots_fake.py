@@ -143,7 +143,8 @@ async def test_the_tokenizer_dying_restarts_the_model(fakes: FakeDaemons) -> Non
         first = model.supervisor.client
         assert first is not None
         fakes.latest("tokenizer").kill()
-        await first.exited.wait()
+        with trio.fail_after(5):
+            await first.exited.wait()
         assert first.returncode == -9  # killed with it: both come back together
         client = await model.supervisor.wait_ready()
         assert client is not first and model.supervisor.restarts == 1

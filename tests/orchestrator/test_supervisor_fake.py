@@ -51,13 +51,16 @@ def state(supervisor: Supervisor) -> DaemonState:
     return supervisor.state
 
 
-async def kill(supervisor: Supervisor, fakes: FakeDaemons) -> None:
-    """SIGKILL the supervised daemon; return once its successor is ready."""
+async def kill(supervisor: Supervisor, fakes: FakeDaemons) -> float:
+    """SIGKILL the supervised daemon; once its successor is ready, the seconds between
+    the kill and the successor's start."""
     dying = supervisor.client
     assert dying is not None
+    killed_at = trio.current_time()
     fakes.latest().kill()
     await dying.exited.wait()
     await supervisor.wait_ready()
+    return fakes.latest().started_at - killed_at
 
 
 async def test_the_backoff_of_failed_loads_and_giving_up(
@@ -210,7 +213,7 @@ async def test_an_unreachable_host_is_retried_and_builds_no_streak(
 ) -> None:
     # ssh exits 255 when it cannot connect, before a byte came back.
     fakes.defaults["model"] = Behaviour(startup=Startup.crash(255))
-    launch = fake_launch(channel="stdout", keepalive_ms=0, host="far", link_timeout_s=3.0)
+    launch = fake_launch(channel="stdout", keepalive_ms=1000, host="far", link_timeout_s=3.0)
     supervisor = Supervisor("m", launch, policy=POLICY)
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
@@ -223,6 +226,8 @@ async def test_an_unreachable_host_is_retried_and_builds_no_streak(
         fakes.defaults["model"] = Behaviour()  # the host answers again
         await trio.sleep(3.0)
         assert isinstance(await supervisor.wait_ready(), DaemonClient)
+        # Its first crash is the first of a streak: restarted at once, not given up on.
+        assert await kill(supervisor, fakes) == 0.0
         nursery.cancel_scope.cancel()
 
 
