@@ -41,6 +41,7 @@ def check_entries(entries: list[Any], top: int) -> None:
         assert values == sorted(values, reverse=True)
 
 
+@pytest.mark.slow
 def test_chat_logprobs_streamed_and_not(server: LucernaServer) -> None:
     client = openai_client(server)
     reply = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
@@ -75,6 +76,7 @@ def test_chat_logprobs_streamed_and_not(server: LucernaServer) -> None:
     check_entries(only.choices[0].logprobs.content, 0)
 
 
+@pytest.mark.slow
 def test_completions_logprobs_and_echo(server: LucernaServer) -> None:
     client = openai_client(server)
     prompt = "The capital of France is"
