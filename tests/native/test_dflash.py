@@ -124,6 +124,7 @@ def check_all_prompts(
     return replies
 
 
+@pytest.mark.slow
 def test_greedy_with_the_draft_is_autoregressive_decoding(
     spawn: Any, native: Any, exact_model: Path, test_models: dict[str, Path], reference: Any
 ) -> None:
@@ -142,10 +143,15 @@ def test_greedy_with_the_draft_is_autoregressive_decoding(
         "16",
     )  # the draft's dflash.block_size
     replies = check_all_prompts(daemon, cases, outputs)
+    # The random draft's proposals are never right on these prompts (measured: 0 of 165
+    # on each), so every request follows the documented schedule at acceptance length 1:
+    # a verify step per token but the first (the prefill's) and the last (a plain step),
+    # each proposing the whole block the remaining tokens allow.
+    schedule = tuple(map(str, oracle_schedule(1.0, N_GEN)))
     for reply in replies:
-        # Every step but the first-token one verifies; random weights accept ~nothing.
-        assert int(reply["draft_steps"]) >= 1 and float(reply["draft_ms"]) > 0
-        assert int(reply["draft_proposed"]) <= 15 * int(reply["draft_steps"])
+        assert (reply["draft_steps"], reply["draft_proposed"], reply["draft_accepted"]) == (
+            schedule), reply
+        assert float(reply["draft_ms"]) > 0
     stats = daemon.ok(daemon.command("stats"), "stats")
     assert int(stats["draft_steps"]) == sum(int(r["draft_steps"]) for r in replies)
     assert int(stats["draft_accepted"]) == sum(int(r["draft_accepted"]) for r in replies)

@@ -175,11 +175,17 @@ def test_anthropic_thinking_blocks_with_a_budget_and_a_signature(
     client = anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0)
     ask: dict[str, Any] = {"model": "think", "max_tokens": 20, "messages": HI,
                            "extra_body": {"temperature": 0},
-                           "thinking": {"type": "enabled", "budget_tokens": 5}}
+                           "thinking": {"type": "enabled", "budget_tokens": BUDGET}}
     reply = client.messages.create(**ask)
     assert [block.type for block in reply.content] == ["thinking", "text"]
-    thinking = reply.content[0]
-    assert thinking.type == "thinking" and thinking.thinking and thinking.signature
+    thinking, text = reply.content
+    assert thinking.type == "thinking" and thinking.signature
+    # The same prompt, greedy, closed after the same budget: exactly the reasoning and
+    # the answer of the chat dialect on the model configured with that budget (whose
+    # reasoning_tokens == BUDGET the chat test asserts).
+    message = chat(server)["choices"][0]["message"]
+    assert text.type == "text"
+    assert (thinking.thinking, text.text) == (message["reasoning_content"], message["content"])
     with client.messages.stream(**ask) as stream:
         final = stream.get_final_message()
     assert [block.type for block in final.content] == ["thinking", "text"]

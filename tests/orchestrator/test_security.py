@@ -198,6 +198,7 @@ def test_bodies_over_the_limit_get_413(secured: LucernaServer) -> None:
     assert httpx.post(url, content=chunks(), headers=headers).status_code == 413
 
 
+@pytest.mark.slow
 def test_max_tokens_is_clamped_to_the_context(secured: LucernaServer) -> None:
     # The daemon rounds the context up (to 256 here); what it reports is the bound.
     headers = {"Authorization": f"Bearer {KEY}"}
@@ -208,10 +209,11 @@ def test_max_tokens_is_clamped_to_the_context(secured: LucernaServer) -> None:
     long_prompt = [{"role": "user", "content": "lamp " * (n_ctx - 40)}]  # leaves a little room
     response = client.chat.completions.create(
         model="qwen3", messages=long_prompt, max_tokens=1_000_000, temperature=0)  # type: ignore[arg-type]
+    # The random-weight model never stops on its own here: the clamped limit ends the
+    # request, with the context exactly full (a clamp short of it, or none, fails).
     assert response.usage is not None
-    assert response.usage.total_tokens <= n_ctx
-    if response.choices[0].finish_reason == "length":
-        assert response.usage.total_tokens == n_ctx
+    assert response.choices[0].finish_reason == "length"
+    assert response.usage.total_tokens == n_ctx
 
 
 def test_no_request_field_names_a_file(secured: LucernaServer, daemon_input: Path) -> None:

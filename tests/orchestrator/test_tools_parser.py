@@ -88,7 +88,8 @@ def test_argument_variants() -> None:
     assert (llama_style.name, llama_style.arguments) == ("f", '{"x": 1}')
     stringified = parse_call('{"name": "f", "arguments": "{\\"x\\": 1}"}')
     assert stringified is not None and json.loads(stringified.arguments) == {"x": 1}
-    assert parse_call('{"name": "f"}') is not None  # no arguments: an empty object
+    bare = parse_call('{"name": "f"}')  # no arguments: an empty object
+    assert bare is not None and (bare.name, bare.arguments) == ("f", "{}")
     assert parse_call('{"name": "f", "arguments": [1]}') is None
     assert parse_call("[1, 2]") is None
     assert parse_call("[" * 100_000) is None  # too deep for json: text, not a crash

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import pytest
 
@@ -146,15 +147,30 @@ def test_fuzz_round_trip_under_any_chunking() -> None:
         assert merged(got) == merged(units)
 
 
+# The units of section 10 that start with '@': a frame header (at most 10 digits, no
+# leading zero) and the keep-alive. Any other line starting with '@' is refused.
+UNIT_HEADER = re.compile(rb"@stream (0|[1-9][0-9]{0,9})|@alive")
+
+
 def test_fuzz_garbage_raises_only_channel_framing_error() -> None:
     rng = random.Random(1018)
+    must_refuse = refused = 0
     for _ in range(500):
         data = rng.randbytes(rng.randrange(64))
         if rng.random() < 0.5:
             data = b"@stream " + data
+        first, newline, _ = data.partition(b"\n")
+        first = first.rstrip(b"\r") if newline else first
+        # A first line starting with '@' that is no unit: refused, whatever follows (a
+        # reader that took any '@' line as a protocol line passed this test before).
+        refuse = first.startswith(b"@") and not UNIT_HEADER.fullmatch(first)
+        must_refuse += refuse
         reader = ChannelReader()
         try:
             reader.feed(data)
             reader.eof()
         except ChannelFramingError:
-            pass
+            refused += refuse
+        else:
+            assert not refuse, data
+    assert refused == must_refuse > 200  # about the half that starts with "@stream "
